@@ -1,0 +1,83 @@
+#pragma once
+// Communicator: collectives over one fixed, ordered list of global ranks.
+//
+// Every public call first runs the contract checks of contract.h on the caller's thread,
+// so a bad buffer throws ContractError at the call site, before anything is enqueued;
+// only then does the backend's do_* run. Backends never see an unchecked buffer.
+//
+// The communicator knows rank lists, not meshes; DeviceMesh passes a readable label
+// (its dim names and ranks) that error messages print.
+//
+// Semantics (PyTorch c10d names):
+//   all_gather_into_tensor(out, in): out = concat over group ranks of in (out = size x in)
+//   reduce_scatter_tensor(out, in, op): in = size x out; rank i gets the reduced chunk i
+//   all_reduce(t, op): in place
+//   all_to_all_single(out, in, out_splits, in_splits): dim-0 rows; empty splits = equal
+//   broadcast(t, root): root is a group rank (index into ranks())
+// Average is computed as a sum followed by one division by the group size at completion,
+// so fp32 averages round once (no per-rank pre-scaling).
+//
+// Threading contract: one thread issues collectives on a communicator and waits on their
+// Work; all group members issue the same collectives in the same order.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hyperpar/comm/contract.h"
+#include "hyperpar/comm/options.h"
+#include "hyperpar/comm/work.h"
+
+namespace hyperpar::comm {
+
+class Communicator {
+ public:
+  Communicator(std::vector<int64_t> ranks, int64_t global_rank, std::string label);
+  virtual ~Communicator() = default;
+
+  const std::vector<int64_t>& ranks() const { return ranks_; }
+  int64_t size() const { return static_cast<int64_t>(ranks_.size()); }
+  /// This process's index in ranks().
+  int64_t rank() const { return group_rank_; }
+  /// Readable group description for error messages, e.g. "mesh dim tp ranks [4, 5, 6, 7]".
+  const std::string& label() const { return label_; }
+  /// Adds another name under which this rank set is used (shared communicators).
+  void add_label(const std::string& label);
+  virtual const char* backend_name() const = 0;
+
+  WorkHandle all_gather_into_tensor(at::Tensor out, const at::Tensor& in,
+                                    const CollectiveOptions& opts = {});
+  WorkHandle reduce_scatter_tensor(at::Tensor out, const at::Tensor& in, ReduceOp op,
+                                   const CollectiveOptions& opts = {});
+  WorkHandle all_reduce(at::Tensor t, ReduceOp op, const CollectiveOptions& opts = {});
+  WorkHandle all_to_all_single(at::Tensor out, const at::Tensor& in,
+                               std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
+                               const CollectiveOptions& opts = {});
+  WorkHandle broadcast(at::Tensor t, int64_t root, const CollectiveOptions& opts = {});
+  WorkHandle barrier(const CollectiveOptions& opts = {});
+
+ protected:
+  // Backends: buffers are already checked; splits are already expanded to rows per rank.
+  virtual WorkHandle do_all_gather(at::Tensor out, at::Tensor in) = 0;
+  virtual WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op) = 0;
+  virtual WorkHandle do_all_reduce(at::Tensor t, ReduceOp op) = 0;
+  virtual WorkHandle do_all_to_all(at::Tensor out, at::Tensor in,
+                                   const std::vector<int64_t>& out_rows,
+                                   const std::vector<int64_t>& in_rows) = 0;
+  virtual WorkHandle do_broadcast(at::Tensor t, int64_t root) = 0;
+  virtual WorkHandle do_barrier() = 0;
+  /// Device type this backend's buffers must live on.
+  virtual c10::DeviceType device_type() const { return c10::kCPU; }
+
+ private:
+  CallSite site(const char* op, const CollectiveOptions& opts) const;
+  static WorkHandle finish(WorkHandle work, const CollectiveOptions& opts);
+  void check_reduce_dtype(const CallSite& site, const at::Tensor& t, ReduceOp op) const;
+
+  std::vector<int64_t> ranks_;
+  int64_t group_rank_;
+  std::string label_;
+};
+
+}  // namespace hyperpar::comm

@@ -1,0 +1,44 @@
+#pragma once
+// MpiCommunicator: collectives on an MPI communicator holding exactly one rank set, issued
+// as MPI-3 non-blocking collectives (MPI_Iallgather, MPI_Ireduce_scatter_block, ...); the
+// Work handle keeps the buffers alive until MPI_Wait. Reductions support float32/64 and
+// integer dtypes; bf16/fp16 reductions are rejected with a clear error (MPI has no native
+// 16-bit float reduction), data movement (gather, all-to-all, broadcast) takes any dtype.
+//
+// Threading contract (MPI_THREAD_SERIALIZED): collectives and wait() are called from one
+// thread at a time.
+#include <mpi.h>
+
+#include "hyperpar/comm/communicator.h"
+
+namespace hyperpar::comm {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  /// Takes ownership of `comm` (freed in the destructor unless it is MPI_COMM_WORLD).
+  MpiCommunicator(MPI_Comm comm, std::vector<int64_t> ranks, int64_t global_rank,
+                  std::string label);
+  ~MpiCommunicator() override;
+  const char* backend_name() const override { return "mpi"; }
+
+ protected:
+  WorkHandle do_all_gather(at::Tensor out, at::Tensor in) override;
+  WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op) override;
+  WorkHandle do_all_reduce(at::Tensor t, ReduceOp op) override;
+  WorkHandle do_all_to_all(at::Tensor out, at::Tensor in, const std::vector<int64_t>& out_rows,
+                           const std::vector<int64_t>& in_rows) override;
+  WorkHandle do_broadcast(at::Tensor t, int64_t root) override;
+  WorkHandle do_barrier() override;
+
+ private:
+  MPI_Comm comm_;
+};
+
+/// Initialises MPI once per process (MPI_Init_thread, SERIALIZED); finalises at exit.
+void ensure_mpi_initialized();
+
+/// Creates the communicator of `ranks` (global ranks, caller included). Collective over
+/// the members only (MPI_Comm_create_group).
+MPI_Comm create_mpi_comm(const std::vector<int64_t>& ranks);
+
+}  // namespace hyperpar::comm

@@ -1,0 +1,129 @@
+#include "hyperpar/comm/communicator.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "hyperpar/core/error.h"
+
+namespace hyperpar::comm {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+Communicator::Communicator(std::vector<int64_t> ranks, int64_t global_rank, std::string label)
+    : ranks_(std::move(ranks)), label_(std::move(label)) {
+  auto it = std::find(ranks_.begin(), ranks_.end(), global_rank);
+  HP_CHECK(it != ranks_.end(), "rank ", global_rank, " is not a member of group ", label_);
+  group_rank_ = it - ranks_.begin();
+}
+
+void Communicator::add_label(const std::string& label) {
+  if (label_.find(label) == std::string::npos) label_ += " | " + label;
+}
+
+CallSite Communicator::site(const char* op, const CollectiveOptions& opts) const {
+  return CallSite{op, label_ + " (" + backend_name() + ")", opts.tag};
+}
+
+WorkHandle Communicator::finish(WorkHandle work, const CollectiveOptions& opts) {
+  if (!opts.async_op) work->wait();
+  return work;
+}
+
+void Communicator::check_reduce_dtype(const CallSite& s, const at::Tensor& t,
+                                      ReduceOp op) const {
+  if (op == ReduceOp::kAvg && !at::isFloatingType(t.scalar_type()))
+    fail_contract(s, "avg needs a floating dtype, got " + describe_tensor(t));
+}
+
+WorkHandle Communicator::all_gather_into_tensor(at::Tensor out, const at::Tensor& in,
+                                                const CollectiveOptions& opts) {
+  const CallSite s = site("all_gather_into_tensor", opts);
+  check_buffer(s, "input", in, std::nullopt, device_type());
+  check_buffer(s, "output", out, in.scalar_type(), device_type());
+  check_numel_ratio(s, "output", out, "input", in, size());
+  return finish(do_all_gather(out, in), opts);
+}
+
+WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor& in, ReduceOp op,
+                                               const CollectiveOptions& opts) {
+  const CallSite s = site("reduce_scatter_tensor", opts);
+  check_buffer(s, "input", in, std::nullopt, device_type());
+  check_buffer(s, "output", out, in.scalar_type(), device_type());
+  check_numel_ratio(s, "input", in, "output", out, size());
+  check_reduce_dtype(s, in, op);
+  return finish(do_reduce_scatter(out, in, op), opts);
+}
+
+WorkHandle Communicator::all_reduce(at::Tensor t, ReduceOp op, const CollectiveOptions& opts) {
+  const CallSite s = site("all_reduce", opts);
+  check_buffer(s, "tensor", t, std::nullopt, device_type());
+  check_reduce_dtype(s, t, op);
+  return finish(do_all_reduce(t, op), opts);
+}
+
+namespace {
+// Expands split sizes (empty: equal split of dim 0) into rows per group rank.
+std::vector<int64_t> rows_per_rank(const CallSite& s, const char* role, const at::Tensor& t,
+                                   std::vector<int64_t> splits, int64_t size) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  if (splits.empty()) {
+    if (rows % size != 0) {
+      std::ostringstream os;
+      os << role << " has " << rows << " rows, not divisible by group size " << size
+         << " and no split sizes were given (" << describe_tensor(t) << ")";
+      fail_contract(s, os.str());
+    }
+    return std::vector<int64_t>(size, rows / size);
+  }
+  int64_t total = 0;
+  for (int64_t v : splits) {
+    if (v < 0) fail_contract(s, std::string(role) + " split sizes contain a negative value");
+    total += v;
+  }
+  if (static_cast<int64_t>(splits.size()) != size || total != rows) {
+    std::ostringstream os;
+    os << role << " split sizes " << c10::IntArrayRef(splits) << " must have one entry per rank ("
+       << size << ") summing to dim 0 = " << rows << " (" << describe_tensor(t) << ")";
+    fail_contract(s, os.str());
+  }
+  return splits;
+}
+}  // namespace
+
+WorkHandle Communicator::all_to_all_single(at::Tensor out, const at::Tensor& in,
+                                           std::vector<int64_t> out_splits,
+                                           std::vector<int64_t> in_splits,
+                                           const CollectiveOptions& opts) {
+  const CallSite s = site("all_to_all_single", opts);
+  check_buffer(s, "input", in, std::nullopt, device_type());
+  check_buffer(s, "output", out, in.scalar_type(), device_type());
+  if (in.dim() > 0 && out.dim() > 0 && in.sizes().slice(1) != out.sizes().slice(1))
+    fail_contract(s, "input and output differ beyond dim 0: input " + describe_tensor(in) +
+                         ", output " + describe_tensor(out));
+  auto in_rows = rows_per_rank(s, "input", in, std::move(in_splits), size());
+  auto out_rows = rows_per_rank(s, "output", out, std::move(out_splits), size());
+  return finish(do_all_to_all(out, in, out_rows, in_rows), opts);
+}
+
+WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveOptions& opts) {
+  const CallSite s = site("broadcast", opts);
+  check_buffer(s, "tensor", t, std::nullopt, device_type());
+  if (root < 0 || root >= size())
+    fail_contract(s, "root " + std::to_string(root) + " is not a group rank in [0, " +
+                         std::to_string(size()) + ")");
+  return finish(do_broadcast(t, root), opts);
+}
+
+WorkHandle Communicator::barrier(const CollectiveOptions& opts) {
+  return finish(do_barrier(), opts);
+}
+
+}  // namespace hyperpar::comm

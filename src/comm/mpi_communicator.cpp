@@ -1,0 +1,236 @@
+#include "hyperpar/comm/mpi_communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <climits>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+
+#include "hyperpar/core/error.h"
+
+namespace hyperpar::comm {
+namespace {
+
+void mpi_check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw Error(std::string("MPI call ") + what + " failed: " + std::string(msg, len));
+  }
+}
+
+MPI_Datatype mpi_type(c10::ScalarType t) {
+  switch (t) {
+    case c10::kFloat: return MPI_FLOAT;
+    case c10::kDouble: return MPI_DOUBLE;
+    case c10::kInt: return MPI_INT32_T;
+    case c10::kLong: return MPI_INT64_T;
+    case c10::kShort: return MPI_INT16_T;
+    case c10::kChar: return MPI_INT8_T;
+    case c10::kByte: return MPI_UINT8_T;
+    case c10::kBool: return MPI_C_BOOL;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;  // avg: one division at completion
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+// Type used to move data: the natural type, or raw bytes for dtypes MPI lacks.
+struct MoveType {
+  MPI_Datatype type;
+  int64_t per_element;  // MPI elements per tensor element
+};
+MoveType move_type(const at::Tensor& t) {
+  MPI_Datatype d = mpi_type(t.scalar_type());
+  if (d != MPI_DATATYPE_NULL) return {d, 1};
+  return {MPI_BYTE, static_cast<int64_t>(t.element_size())};
+}
+
+int as_count(int64_t n, const char* op) {
+  HP_CHECK(n <= INT_MAX, op, ": ", n, " elements exceed MPI's int count limit (", INT_MAX,
+           "); split the buffer");
+  return static_cast<int>(n);
+}
+
+MPI_Datatype reduce_type(const at::Tensor& t, const char* op) {
+  MPI_Datatype d = mpi_type(t.scalar_type());
+  HP_CHECK(d != MPI_DATATYPE_NULL, op, ": the MPI backend cannot reduce dtype ",
+           t.scalar_type(), "; reduce in float32 (reduce_dtype) instead");
+  return d;
+}
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(MPI_Request req, std::vector<at::Tensor> keep, std::function<void()> on_done)
+      : req_(req), keep_(std::move(keep)), on_done_(std::move(on_done)) {}
+  ~MpiWork() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    mpi_check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait");
+    complete();
+  }
+  bool is_completed() override {
+    if (done_) return true;
+    int flag = 0;
+    mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (flag) complete();
+    return done_;
+  }
+
+ private:
+  void complete() {
+    done_ = true;
+    if (on_done_) on_done_();
+    keep_.clear();
+  }
+  MPI_Request req_;
+  std::vector<at::Tensor> keep_;
+  std::function<void()> on_done_;
+  bool done_ = false;
+};
+
+std::function<void()> divide_if_avg(ReduceOp op, at::Tensor t, int64_t n) {
+  if (op != ReduceOp::kAvg) return {};
+  return [t, n]() mutable { t.div_(static_cast<double>(n)); };
+}
+
+}  // namespace
+
+void ensure_mpi_initialized() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  int provided = 0;
+  mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+            "MPI_Init_thread");
+  std::atexit([] {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+  });
+}
+
+MPI_Comm create_mpi_comm(const std::vector<int64_t>& ranks) {
+  ensure_mpi_initialized();
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  std::vector<int> r(ranks.begin(), ranks.end());
+  std::vector<int> identity(world_size);
+  std::iota(identity.begin(), identity.end(), 0);
+  if (r == identity) {
+    MPI_Comm dup;
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
+    return dup;
+  }
+  MPI_Group world_group, group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  mpi_check(MPI_Group_incl(world_group, static_cast<int>(r.size()), r.data(), &group),
+            "MPI_Group_incl");
+  // The tag only has to agree among members; derive it from the rank set.
+  size_t h = 0;
+  for (int v : r) h = h * 1000003u + static_cast<size_t>(v);
+  MPI_Comm comm;
+  mpi_check(MPI_Comm_create_group(MPI_COMM_WORLD, group, static_cast<int>(h % 32000), &comm),
+            "MPI_Comm_create_group");
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return comm;
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::vector<int64_t> ranks, int64_t global_rank,
+                                 std::string label)
+    : Communicator(std::move(ranks), global_rank, std::move(label)), comm_(comm) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+WorkHandle MpiCommunicator::do_all_gather(at::Tensor out, at::Tensor in) {
+  MoveType mt = move_type(in);
+  int n = as_count(in.numel() * mt.per_element, "all_gather_into_tensor");
+  MPI_Request req;
+  mpi_check(MPI_Iallgather(in.data_ptr(), n, mt.type, out.data_ptr(), n, mt.type, comm_, &req),
+            "MPI_Iallgather");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in}, nullptr);
+}
+
+WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op) {
+  MPI_Datatype d = reduce_type(in, "reduce_scatter_tensor");
+  int n = as_count(out.numel(), "reduce_scatter_tensor");
+  MPI_Request req;
+  mpi_check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_,
+                                      &req),
+            "MPI_Ireduce_scatter_block");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in},
+                                   divide_if_avg(op, out, size()));
+}
+
+WorkHandle MpiCommunicator::do_all_reduce(at::Tensor t, ReduceOp op) {
+  MPI_Datatype d = reduce_type(t, "all_reduce");
+  int n = as_count(t.numel(), "all_reduce");
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, d, mpi_op(op), comm_, &req),
+            "MPI_Iallreduce");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{t}, divide_if_avg(op, t, size()));
+}
+
+WorkHandle MpiCommunicator::do_all_to_all(at::Tensor out, at::Tensor in,
+                                          const std::vector<int64_t>& out_rows,
+                                          const std::vector<int64_t>& in_rows) {
+  MoveType mt = move_type(in);
+  const int64_t in_row_elems = in.dim() == 0 || in.size(0) == 0 ? 0 : in.numel() / in.size(0);
+  const int64_t out_row_elems =
+      out.dim() == 0 || out.size(0) == 0 ? 0 : out.numel() / out.size(0);
+  const int64_t row = std::max(in_row_elems, out_row_elems) * mt.per_element;
+  std::vector<int> sc(size()), sd(size()), rc(size()), rd(size());
+  int64_t so = 0, ro = 0;
+  for (int64_t i = 0; i < size(); ++i) {
+    sc[i] = as_count(in_rows[i] * row, "all_to_all_single");
+    rc[i] = as_count(out_rows[i] * row, "all_to_all_single");
+    sd[i] = as_count(so, "all_to_all_single");
+    rd[i] = as_count(ro, "all_to_all_single");
+    so += sc[i];
+    ro += rc[i];
+  }
+  MPI_Request req;
+  mpi_check(MPI_Ialltoallv(in.data_ptr(), sc.data(), sd.data(), mt.type, out.data_ptr(),
+                           rc.data(), rd.data(), mt.type, comm_, &req),
+            "MPI_Ialltoallv");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in}, nullptr);
+}
+
+WorkHandle MpiCommunicator::do_broadcast(at::Tensor t, int64_t root) {
+  MoveType mt = move_type(t);
+  MPI_Request req;
+  mpi_check(MPI_Ibcast(t.data_ptr(), as_count(t.numel() * mt.per_element, "broadcast"), mt.type,
+                       static_cast<int>(root), comm_, &req),
+            "MPI_Ibcast");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{t}, nullptr);
+}
+
+WorkHandle MpiCommunicator::do_barrier() {
+  MPI_Request req;
+  mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{}, nullptr);
+}
+
+}  // namespace hyperpar::comm

@@ -1,0 +1,124 @@
+// Collectives on 8 real processes (run through hyperpar-run / mpirun): values on contiguous
+// input, and a synchronous ContractError on non-contiguous, meta, wrong-dtype and
+// wrong-size input. Every rank makes the same bad call, so every rank raises and none is
+// left waiting; the barrier afterwards proves the group is still usable.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "hyperpar/comm/world.h"
+#include "hyperpar/core/error.h"
+#include "hyperpar/mesh/device_mesh.h"
+
+using namespace hyperpar;
+using comm::ReduceOp;
+
+namespace {
+std::shared_ptr<comm::World> world() { return comm::World::from_env(); }
+mesh::DeviceMesh mesh24() { return mesh::DeviceMesh::init(world(), {2, 4}, {"dp", "tp"}); }
+}  // namespace
+
+TEST(DistCollectives, EightRanks) { ASSERT_EQ(world()->size(), 8); }
+
+TEST(DistCollectives, AllReduceAllOps) {
+  auto tp = mesh24().get_group("tp");
+  const double r = world()->rank();
+  double sum = 0, mx = -1, mn = 99;
+  for (int64_t x : tp->ranks()) sum += x, mx = std::max<double>(mx, x), mn = std::min<double>(mn, x);
+  for (auto [op, want] : std::vector<std::pair<ReduceOp, double>>{
+           {ReduceOp::kSum, sum}, {ReduceOp::kAvg, sum / 4}, {ReduceOp::kMax, mx}, {ReduceOp::kMin, mn}}) {
+    at::Tensor t = at::full({5}, r, at::kFloat);
+    tp->all_reduce(t, op);
+    EXPECT_TRUE(t.equal(at::full({5}, want, at::kFloat))) << comm::to_string(op) << t;
+  }
+  at::Tensor l = at::full({3}, static_cast<int64_t>(r), at::kLong);
+  tp->all_reduce(l, ReduceOp::kSum);
+  EXPECT_EQ(l[0].item<int64_t>(), static_cast<int64_t>(sum));
+}
+
+TEST(DistCollectives, AllGatherReduceScatterAllToAllBroadcast) {
+  auto m = mesh24();
+  auto dp = m.get_group("dp");
+  auto tp = m.get_group("tp");
+  const int64_t r = world()->rank();
+  at::Tensor in = at::arange(3, at::kFloat) + 10 * r;
+  at::Tensor out = at::empty({4, 3});
+  tp->all_gather_into_tensor(out, in);
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_TRUE(out[i].equal(at::arange(3, at::kFloat) + 10 * tp->ranks()[i]));
+  // bf16 moves as bytes.
+  at::Tensor bout = at::empty({2, 3}, at::kBFloat16);
+  dp->all_gather_into_tensor(bout, in.to(at::kBFloat16));
+  EXPECT_TRUE(bout[dp->rank()].equal(in.to(at::kBFloat16)));
+  // reduce_scatter: rank i of the group receives the sum of everyone's chunk i.
+  at::Tensor rs_in = at::arange(8, at::kDouble) * (r + 1);
+  at::Tensor rs_out = at::empty({2}, at::kDouble);
+  tp->reduce_scatter_tensor(rs_out, rs_in, ReduceOp::kSum);
+  double f = 0;
+  for (int64_t x : tp->ranks()) f += x + 1;
+  EXPECT_DOUBLE_EQ(rs_out[0].item<double>(), 2 * tp->rank() * f);
+  EXPECT_DOUBLE_EQ(rs_out[1].item<double>(), (2 * tp->rank() + 1) * f);
+  tp->reduce_scatter_tensor(rs_out, rs_in, ReduceOp::kAvg);
+  EXPECT_DOUBLE_EQ(rs_out[1].item<double>(), (2 * tp->rank() + 1) * f / 4);
+  // all_to_all_single with uneven splits: group rank g sends g+1 rows to every peer.
+  const int64_t g = tp->rank();
+  at::Tensor a_in = at::full({4 * (g + 1), 2}, static_cast<double>(r), at::kFloat);
+  std::vector<int64_t> in_splits(4, g + 1), out_splits = {1, 2, 3, 4};
+  at::Tensor a_out = at::empty({10, 2});
+  auto work = tp->all_to_all_single(a_out, a_in, out_splits, in_splits, {"", true});
+  work->wait();
+  int64_t row = 0;
+  for (int64_t p = 0; p < 4; ++p)
+    for (int64_t k = 0; k <= p; ++k, ++row)
+      EXPECT_EQ(a_out[row][0].item<float>(), tp->ranks()[p]);
+  at::Tensor b = at::full({4}, static_cast<double>(r), at::kFloat);
+  tp->broadcast(b, 2);
+  EXPECT_EQ(b[0].item<float>(), tp->ranks()[2]);
+  tp->barrier();
+}
+
+TEST(DistCollectives, AsyncWorkCompletes) {
+  auto tp = mesh24().get_group("tp");
+  std::vector<at::Tensor> ts;
+  std::vector<comm::WorkHandle> works;
+  for (int i = 0; i < 4; ++i) {
+    ts.push_back(at::full({1024}, 1.0, at::kFloat));
+    works.push_back(tp->all_reduce(ts.back(), ReduceOp::kSum, {"async", true}));
+  }
+  for (auto& w : works) w->wait();
+  for (auto& t : ts) EXPECT_EQ(t[7].item<float>(), 4.0f);
+  EXPECT_TRUE(works[0]->is_completed());
+}
+
+TEST(DistCollectives, SynchronousContractErrorsThenGroupStillWorks) {
+  auto tp = mesh24().get_group("tp");
+  at::Tensor base = at::randn({4, 4});
+  auto expect_contract = [&](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const ContractError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+      EXPECT_NE(m.find("mesh dim tp ranks"), std::string::npos) << m;
+      EXPECT_NE(m.find("(mpi)"), std::string::npos) << m;
+      EXPECT_NE(m.find("grad.w"), std::string::npos) << m;
+    }
+  };
+  comm::CollectiveOptions o{"grad.w", false};
+  expect_contract([&] { tp->all_reduce(base.t(), ReduceOp::kSum, o); }, "not contiguous");
+  expect_contract([&] { tp->all_gather_into_tensor(at::empty({16, 2}), base.narrow(1, 0, 2), o); },
+                  "not contiguous");
+  expect_contract([&] {
+    tp->reduce_scatter_tensor(at::empty({4}), at::empty({16}, at::kMeta), ReduceOp::kSum, o);
+  }, "meta");
+  expect_contract([&] {
+    tp->reduce_scatter_tensor(at::empty({4}, at::kHalf), at::randn({16}), ReduceOp::kSum, o);
+  }, "expected Float");
+  expect_contract([&] { tp->all_gather_into_tensor(at::empty({15}), at::randn({4}), o); },
+                  "expected group size 4");
+  expect_contract([&] { tp->all_to_all_single(at::empty({8}), at::randn({6}), {}, {}, o); },
+                  "not divisible by group size 4");
+  at::Tensor t = at::ones({2});
+  tp->all_reduce(t, ReduceOp::kSum);
+  EXPECT_EQ(t[0].item<float>(), 4.0f);
+}
