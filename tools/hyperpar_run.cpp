@@ -8,12 +8,13 @@
 // MASTER_PORT, writes the worker's output to LOG_DIR/worker_R.log (worker 0 is also
 // echoed to the console) and records a failure marker. When a worker exits non-zero,
 // mpirun stops the others; the launcher then exits non-zero naming the worker and its log.
-#include <CLI/CLI.hpp>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,14 @@
 #include <vector>
 
 namespace {
+
+// mpirun's process group, stopped when the launcher itself is told to stop.
+volatile pid_t g_mpirun_pgid = 0;
+void forward_signal(int sig) {
+  if (g_mpirun_pgid > 0) kill(-g_mpirun_pgid, sig);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
 
 int exec_worker(const std::string& log_dir, std::vector<std::string> cmd) {
   const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
@@ -34,6 +43,8 @@ int exec_worker(const std::string& log_dir, std::vector<std::string> cmd) {
   setenv("LOCAL_RANK", lr ? lr : rank.c_str(), 1);
   setenv("LOCAL_WORLD_SIZE", ls ? ls : (s ? s : "1"), 1);
   const std::string log = log_dir + "/worker_" + rank + ".log";
+  const std::string marker = log_dir + "/worker_" + rank + ".failed";
+  setenv("HYPERPAR_FAIL_MARKER", marker.c_str(), 1);
   pid_t pid = fork();
   if (pid == 0) {
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -70,7 +81,7 @@ int exec_worker(const std::string& log_dir, std::vector<std::string> cmd) {
   waitpid(pid, &status, 0);
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code != 0) {
-    std::ofstream(log_dir + "/worker_" + rank + ".failed") << code << "\n";
+    std::ofstream(marker) << code << "\n";
   }
   return code;
 }
@@ -114,10 +125,12 @@ int main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(log_dir, ec);
   if (ec) {
-    std::cerr << "hyperpar-run: cannot create --log_dir " << log_dir << ": " << ec.message() << "\n";
+    std::cerr << "hyperpar-run: cannot create --log_dir " << log_dir << ": " << ec.message()
+              << "\n";
     return 2;
   }
-  for (int r = 0; r < worker_num; ++r) unlink((log_dir + "/worker_" + std::to_string(r) + ".failed").c_str());
+  for (int r = 0; r < worker_num; ++r)
+    unlink((log_dir + "/worker_" + std::to_string(r) + ".failed").c_str());
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) {
@@ -125,14 +138,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   self[n] = 0;
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(worker_num), "--oversubscribe",
-                                   "--bind-to", "none"};
+  std::vector<std::string> args = {"mpirun",          "-np",       std::to_string(worker_num),
+                                   "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) args.push_back("--allow-run-as-root");
   const std::string port = std::to_string(master_port);
   setenv("MASTER_ADDR", master_addr.c_str(), 1);
   setenv("MASTER_PORT", port.c_str(), 1);
   setenv("HYPERPAR_BACKEND", "mpi", 1);
-  setenv("OMP_NUM_THREADS", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "1", 1);
+  setenv("OMP_NUM_THREADS", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "1",
+         1);
   for (const char* v : {"MASTER_ADDR", "MASTER_PORT", "HYPERPAR_BACKEND", "OMP_NUM_THREADS"}) {
     args.push_back("-x");
     args.push_back(v);
@@ -150,6 +164,11 @@ int main(int argc, char** argv) {
     std::cerr << "hyperpar-run: cannot execute mpirun (is openmpi-bin installed?)\n";
     _exit(127);
   }
+  setpgid(pid, pid);
+  g_mpirun_pgid = pid;
+  signal(SIGTERM, forward_signal);
+  signal(SIGINT, forward_signal);
+  signal(SIGHUP, forward_signal);
   if (!join) {
     std::cout << "hyperpar-run: started " << worker_num << " workers (mpirun pid " << pid
               << "), logs in " << log_dir << "\n";
@@ -162,8 +181,8 @@ int main(int argc, char** argv) {
     std::ifstream f(log_dir + "/worker_" + std::to_string(r) + ".failed");
     int wc = 0;
     if (f >> wc) {
-      std::cerr << "hyperpar-run: worker " << r << " exited with code " << wc
-                << "; see " << log_dir << "/worker_" << r << ".log\n";
+      std::cerr << "hyperpar-run: worker " << r << " exited with code " << wc << "; see " << log_dir
+                << "/worker_" << r << ".log\n";
       return code ? code : 1;
     }
   }

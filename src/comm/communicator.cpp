@@ -9,10 +9,14 @@ namespace hyperpar::comm {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "?";
 }
@@ -37,8 +41,7 @@ WorkHandle Communicator::finish(WorkHandle work, const CollectiveOptions& opts) 
   return work;
 }
 
-void Communicator::check_reduce_dtype(const CallSite& s, const at::Tensor& t,
-                                      ReduceOp op) const {
+void Communicator::check_reduce_dtype(const CallSite& s, const at::Tensor& t, ReduceOp op) const {
   if (op == ReduceOp::kAvg && !at::isFloatingType(t.scalar_type()))
     fail_contract(s, "avg needs a floating dtype, got " + describe_tensor(t));
 }

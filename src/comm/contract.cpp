@@ -27,11 +27,13 @@ void check_buffer(const CallSite& site, const char* role, const at::Tensor& t,
   if (!t.defined()) fail_contract(site, std::string(role) + " is an undefined tensor");
   const std::string what = std::string(role) + " (" + describe_tensor(t) + ")";
   if (t.is_meta())
-    fail_contract(site, what + " is on the meta device: it has no data; materialise the "
-                               "parameter (to_empty + init) before communicating");
+    fail_contract(site, what +
+                            " is on the meta device: it has no data; materialise the "
+                            "parameter (to_empty + init) before communicating");
   if (!t.is_contiguous())
-    fail_contract(site, what + " is not contiguous: collectives need a flat contiguous "
-                               "buffer; copy the view into one first");
+    fail_contract(site, what +
+                            " is not contiguous: collectives need a flat contiguous "
+                            "buffer; copy the view into one first");
   if (t.device().type() != device) {
     std::ostringstream os;
     os << what << " is on device type " << t.device().type() << ", expected " << device;
@@ -47,9 +49,8 @@ void check_buffer(const CallSite& site, const char* role, const at::Tensor& t,
 void check_same_dtype(const CallSite& site, const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type()) {
     std::ostringstream os;
-    os << "input dtype " << a.scalar_type() << " differs from output dtype "
-       << b.scalar_type() << " (input " << describe_tensor(a) << ", output "
-       << describe_tensor(b) << ")";
+    os << "input dtype " << a.scalar_type() << " differs from output dtype " << b.scalar_type()
+       << " (input " << describe_tensor(a) << ", output " << describe_tensor(b) << ")";
     fail_contract(site, os.str());
   }
 }
@@ -58,10 +59,9 @@ void check_numel_ratio(const CallSite& site, const char* big_role, const at::Ten
                        const char* small_role, const at::Tensor& small, int64_t factor) {
   if (big.numel() != factor * small.numel()) {
     std::ostringstream os;
-    os << big_role << " has " << big.numel() << " elements, expected group size " << factor
-       << " x " << small_role << " " << small.numel() << " = " << factor * small.numel()
-       << " (" << big_role << " " << describe_tensor(big) << ", " << small_role << " "
-       << describe_tensor(small) << ")";
+    os << big_role << " has " << big.numel() << " elements, expected group size " << factor << " x "
+       << small_role << " " << small.numel() << " = " << factor * small.numel() << " (" << big_role
+       << " " << describe_tensor(big) << ", " << small_role << " " << describe_tensor(small) << ")";
     fail_contract(site, os.str());
   }
 }

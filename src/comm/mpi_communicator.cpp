@@ -23,24 +23,36 @@ void mpi_check(int rc, const char* what) {
 
 MPI_Datatype mpi_type(c10::ScalarType t) {
   switch (t) {
-    case c10::kFloat: return MPI_FLOAT;
-    case c10::kDouble: return MPI_DOUBLE;
-    case c10::kInt: return MPI_INT32_T;
-    case c10::kLong: return MPI_INT64_T;
-    case c10::kShort: return MPI_INT16_T;
-    case c10::kChar: return MPI_INT8_T;
-    case c10::kByte: return MPI_UINT8_T;
-    case c10::kBool: return MPI_C_BOOL;
-    default: return MPI_DATATYPE_NULL;
+    case c10::kFloat:
+      return MPI_FLOAT;
+    case c10::kDouble:
+      return MPI_DOUBLE;
+    case c10::kInt:
+      return MPI_INT32_T;
+    case c10::kLong:
+      return MPI_INT64_T;
+    case c10::kShort:
+      return MPI_INT16_T;
+    case c10::kChar:
+      return MPI_INT8_T;
+    case c10::kByte:
+      return MPI_UINT8_T;
+    case c10::kBool:
+      return MPI_C_BOOL;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return MPI_SUM;  // avg: one division at completion
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kAvg:
+      return MPI_SUM;  // avg: one division at completion
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
   }
   return MPI_SUM;
 }
@@ -64,8 +76,8 @@ int as_count(int64_t n, const char* op) {
 
 MPI_Datatype reduce_type(const at::Tensor& t, const char* op) {
   MPI_Datatype d = mpi_type(t.scalar_type());
-  HP_CHECK(d != MPI_DATATYPE_NULL, op, ": the MPI backend cannot reduce dtype ",
-           t.scalar_type(), "; reduce in float32 (reduce_dtype) instead");
+  HP_CHECK(d != MPI_DATATYPE_NULL, op, ": the MPI backend cannot reduce dtype ", t.scalar_type(),
+           "; reduce in float32 (reduce_dtype) instead");
   return d;
 }
 
@@ -118,8 +130,7 @@ void ensure_mpi_initialized() {
   MPI_Initialized(&inited);
   if (inited) return;
   int provided = 0;
-  mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
-            "MPI_Init_thread");
+  mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
   std::atexit([] {
     int fin = 0;
     MPI_Finalized(&fin);
@@ -177,8 +188,7 @@ WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, Red
   MPI_Datatype d = reduce_type(in, "reduce_scatter_tensor");
   int n = as_count(out.numel(), "reduce_scatter_tensor");
   MPI_Request req;
-  mpi_check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_,
-                                      &req),
+  mpi_check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_, &req),
             "MPI_Ireduce_scatter_block");
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in},
                                    divide_if_avg(op, out, size()));
@@ -198,8 +208,7 @@ WorkHandle MpiCommunicator::do_all_to_all(at::Tensor out, at::Tensor in,
                                           const std::vector<int64_t>& in_rows) {
   MoveType mt = move_type(in);
   const int64_t in_row_elems = in.dim() == 0 || in.size(0) == 0 ? 0 : in.numel() / in.size(0);
-  const int64_t out_row_elems =
-      out.dim() == 0 || out.size(0) == 0 ? 0 : out.numel() / out.size(0);
+  const int64_t out_row_elems = out.dim() == 0 || out.size(0) == 0 ? 0 : out.numel() / out.size(0);
   const int64_t row = std::max(in_row_elems, out_row_elems) * mt.per_element;
   std::vector<int> sc(size()), sd(size()), rc(size()), rd(size());
   int64_t so = 0, ro = 0;
@@ -212,8 +221,8 @@ WorkHandle MpiCommunicator::do_all_to_all(at::Tensor out, at::Tensor in,
     ro += rc[i];
   }
   MPI_Request req;
-  mpi_check(MPI_Ialltoallv(in.data_ptr(), sc.data(), sd.data(), mt.type, out.data_ptr(),
-                           rc.data(), rd.data(), mt.type, comm_, &req),
+  mpi_check(MPI_Ialltoallv(in.data_ptr(), sc.data(), sd.data(), mt.type, out.data_ptr(), rc.data(),
+                           rd.data(), mt.type, comm_, &req),
             "MPI_Ialltoallv");
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in}, nullptr);
 }

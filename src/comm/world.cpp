@@ -22,8 +22,8 @@ std::shared_ptr<World> World::simulated(int64_t rank, int64_t size) {
 std::shared_ptr<World> World::from_env() {
   static std::shared_ptr<World> world = [] {
     const char* backend = std::getenv("HYPERPAR_BACKEND");
-    const bool under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-                           std::getenv("PMIX_RANK");
+    const bool under_mpi =
+        std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
     std::string b = backend ? backend : (under_mpi ? "mpi" : "");
     if (b.empty()) {
       const char* ws = std::getenv("WORLD_SIZE");

@@ -61,8 +61,7 @@ bool in_root_order(const std::vector<MeshMode>& all) {
   for (size_t i = 1; i < modes.size(); ++i) {
     const auto& a = modes[i - 1];
     const auto& b = modes[i];
-    if (a.root_dim > b.root_dim || (a.root_dim == b.root_dim && a.stride <= b.stride))
-      return false;
+    if (a.root_dim > b.root_dim || (a.root_dim == b.root_dim && a.stride <= b.stride)) return false;
   }
   return true;
 }
@@ -91,12 +90,12 @@ DeviceMesh::DeviceMesh(std::shared_ptr<Root> root, std::vector<Dim> dims)
   offset_ = 0;
   if (root_->caller_flat >= 0) {
     offset_ = root_->caller_flat;
-    for (const auto& m : all_modes(dims_)) offset_ -= ((root_->caller_flat / m.stride) % m.size) * m.stride;
+    for (const auto& m : all_modes(dims_))
+      offset_ -= ((root_->caller_flat / m.stride) % m.size) * m.stride;
   }
 }
 
-DeviceMesh DeviceMesh::init(std::shared_ptr<comm::World> world,
-                            const std::vector<int64_t>& shape,
+DeviceMesh DeviceMesh::init(std::shared_ptr<comm::World> world, const std::vector<int64_t>& shape,
                             const std::vector<std::string>& names) {
   HP_CHECK(world, "init_device_mesh needs a world");
   int64_t n = 1;
@@ -201,8 +200,8 @@ bool DeviceMesh::contains_flat(int64_t flat) const {
 }
 
 void DeviceMesh::require_member(const char* op) const {
-  HP_CHECK(contains_flat(root_->caller_flat), op, ": rank ", root_->world->rank(),
-           " is not in ", to_string());
+  HP_CHECK(contains_flat(root_->caller_flat), op, ": rank ", root_->world->rank(), " is not in ",
+           to_string());
 }
 
 std::vector<int64_t> DeviceMesh::ranks() const {
@@ -289,8 +288,9 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& names) const {
   for (size_t i = 0; i < modes.size(); ++i)
     for (size_t j = i + 1; j < modes.size(); ++j)
       HP_CHECK(!overlap(modes[i], modes[j]), "sliced dims overlap in ", to_string());
-  HP_CHECK(in_root_order(modes), "sliced dim names must follow the root mesh's dim order: ",
-           root_->dims.size(), "-D root ", DeviceMesh(root_, root_->dims).to_string());
+  HP_CHECK(in_root_order(modes),
+           "sliced dim names must follow the root mesh's dim order: ", root_->dims.size(),
+           "-D root ", DeviceMesh(root_, root_->dims).to_string());
   return DeviceMesh(root_, picked);
 }
 
@@ -299,7 +299,8 @@ void register_name(DeviceMesh::Root& root, const std::string& name,
                    const std::vector<MeshMode>& modes) {
   for (const auto& d : root.dims)
     if (d.name == name) {
-      HP_CHECK(d.modes == modes, "name '", name, "' is already a root mesh dim with another layout");
+      HP_CHECK(d.modes == modes, "name '", name,
+               "' is already a root mesh dim with another layout");
       return;
     }
   auto [it, inserted] = root.registered.emplace(name, modes);
@@ -328,8 +329,8 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, const std::vector<int64_t>& sizes,
     HP_CHECK(s > 0, "unflatten sizes must be positive, got ", join(sizes));
     prod *= s;
   }
-  HP_CHECK(prod == size(dim), "unflatten sizes ", join(sizes), " multiply to ", prod,
-           " but dim '", dims_[dim].name, "' has size ", size(dim));
+  HP_CHECK(prod == size(dim), "unflatten sizes ", join(sizes), " multiply to ", prod, " but dim '",
+           dims_[dim].name, "' has size ", size(dim));
   // Split the dim's modes row-major, consuming digits from the innermost mode outwards.
   std::vector<MeshMode> rest = dims_[dim].modes;
   std::vector<Dim> split(sizes.size());
@@ -371,8 +372,8 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, const std::vector<int64_t>& sizes,
     }
     for (auto& s : split) {
       for (const auto& other : dims_)
-        HP_CHECK(other.name == dims_[dim].name || other.name != s.name, "unflatten name '",
-                 s.name, "' clashes with dim of ", to_string());
+        HP_CHECK(other.name == dims_[dim].name || other.name != s.name, "unflatten name '", s.name,
+                 "' clashes with dim of ", to_string());
       register_name(*root_, s.name, s.modes);
       dims.push_back(s);
     }

@@ -23,9 +23,12 @@ TEST(DistCollectives, AllReduceAllOps) {
   auto tp = mesh24().get_group("tp");
   const double r = world()->rank();
   double sum = 0, mx = -1, mn = 99;
-  for (int64_t x : tp->ranks()) sum += x, mx = std::max<double>(mx, x), mn = std::min<double>(mn, x);
-  for (auto [op, want] : std::vector<std::pair<ReduceOp, double>>{
-           {ReduceOp::kSum, sum}, {ReduceOp::kAvg, sum / 4}, {ReduceOp::kMax, mx}, {ReduceOp::kMin, mn}}) {
+  for (int64_t x : tp->ranks())
+    sum += x, mx = std::max<double>(mx, x), mn = std::min<double>(mn, x);
+  for (auto [op, want] : std::vector<std::pair<ReduceOp, double>>{{ReduceOp::kSum, sum},
+                                                                  {ReduceOp::kAvg, sum / 4},
+                                                                  {ReduceOp::kMax, mx},
+                                                                  {ReduceOp::kMin, mn}}) {
     at::Tensor t = at::full({5}, r, at::kFloat);
     tp->all_reduce(t, op);
     EXPECT_TRUE(t.equal(at::full({5}, want, at::kFloat))) << comm::to_string(op) << t;
@@ -68,8 +71,7 @@ TEST(DistCollectives, AllGatherReduceScatterAllToAllBroadcast) {
   work->wait();
   int64_t row = 0;
   for (int64_t p = 0; p < 4; ++p)
-    for (int64_t k = 0; k <= p; ++k, ++row)
-      EXPECT_EQ(a_out[row][0].item<float>(), tp->ranks()[p]);
+    for (int64_t k = 0; k <= p; ++k, ++row) EXPECT_EQ(a_out[row][0].item<float>(), tp->ranks()[p]);
   at::Tensor b = at::full({4}, static_cast<double>(r), at::kFloat);
   tp->broadcast(b, 2);
   EXPECT_EQ(b[0].item<float>(), tp->ranks()[2]);
@@ -106,14 +108,21 @@ TEST(DistCollectives, SynchronousContractErrorsThenGroupStillWorks) {
   };
   comm::CollectiveOptions o{"grad.w", false};
   expect_contract([&] { tp->all_reduce(base.t(), ReduceOp::kSum, o); }, "not contiguous");
-  expect_contract([&] { tp->all_gather_into_tensor(at::empty({16, 2}), base.narrow(1, 0, 2), o); },
-                  "not contiguous");
-  expect_contract([&] {
-    tp->reduce_scatter_tensor(at::empty({4}), at::empty({16}, at::kMeta), ReduceOp::kSum, o);
-  }, "meta");
-  expect_contract([&] {
-    tp->reduce_scatter_tensor(at::empty({4}, at::kHalf), at::randn({16}), ReduceOp::kSum, o);
-  }, "expected Float");
+  expect_contract(
+      [&] {
+        tp->all_gather_into_tensor(at::empty({16, 2}), base.narrow(1, 0, 2), o);
+      },
+      "not contiguous");
+  expect_contract(
+      [&] {
+        tp->reduce_scatter_tensor(at::empty({4}), at::empty({16}, at::kMeta), ReduceOp::kSum, o);
+      },
+      "meta");
+  expect_contract(
+      [&] {
+        tp->reduce_scatter_tensor(at::empty({4}, at::kHalf), at::randn({16}), ReduceOp::kSum, o);
+      },
+      "expected Float");
   expect_contract([&] { tp->all_gather_into_tensor(at::empty({15}), at::randn({4}), o); },
                   "expected group size 4");
   expect_contract([&] { tp->all_to_all_single(at::empty({8}), at::randn({6}), {}, {}, o); },

@@ -105,10 +105,10 @@ TEST(DeviceMesh, FlattenRegistersOnRoot) {
   EXPECT_EQ(f.ranks(), (V{4, 5, 6, 7}));
   EXPECT_EQ(m["ep_tp"], f);
   EXPECT_EQ(m.slice({"dp", "ep_tp"}).ranks(), (V{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(m.slice({"ep", "tp"}).flatten(), f);  // same name, same layout: same mesh
+  EXPECT_EQ(m.slice({"ep", "tp"}).flatten(), f);                // same name, same layout: same mesh
   EXPECT_THROW(m.slice({"dp", "tp"}).flatten("ep_tp"), Error);  // same name, other layout
   auto dt = m.slice({"dp", "tp"}).flatten("dp_tp");             // non-adjacent dims
-  EXPECT_EQ(dt.ranks(), (V{2, 3, 6, 7}));  // ep fixed at rank 6's coordinate 1
+  EXPECT_EQ(dt.ranks(), (V{2, 3, 6, 7}));                       // ep fixed at rank 6's coordinate 1
   EXPECT_EQ(m.flatten().size(), 8);
   EXPECT_EQ(m.flatten().get_local_rank(0), 6);
 }
@@ -120,7 +120,7 @@ TEST(DeviceMesh, Unflatten) {
   EXPECT_EQ(m["tp"].ranks(), (V{4, 5, 6, 7}));  // registered on the root
   EXPECT_EQ(u["tp"].unflatten(0, {2, 2}, {"a", "b"})["b"].ranks(), (V{4, 5}));
   EXPECT_THROW(m.unflatten(0, {3, 3}, {"a", "b"}), Error);
-  EXPECT_NO_THROW(m.unflatten(0, {2, 4}, {"dp", "x"}));  // dp: same layout as registered
+  EXPECT_NO_THROW(m.unflatten(0, {2, 4}, {"dp", "x"}));      // dp: same layout as registered
   EXPECT_THROW(m.unflatten(0, {4, 2}, {"dp", "y"}), Error);  // dp: another layout
 }
 
@@ -128,10 +128,10 @@ TEST(DeviceMesh, ConcatenateErrors) {
   auto w = World::simulated(3, 8);
   auto m = DeviceMesh::init(w, {2, 2, 2}, {"a", "b", "c"});
   EXPECT_EQ(concatenate({m["a"], m["c"]}).ranks(), (V{2, 3, 6, 7}));  // b fixed at 1
-  EXPECT_THROW(concatenate({m["c"], m["a"]}), Error);       // order
-  EXPECT_THROW(concatenate({m.slice({"a", "b"}), m["b"]}), Error);  // overlap
+  EXPECT_THROW(concatenate({m["c"], m["a"]}), Error);                 // order
+  EXPECT_THROW(concatenate({m.slice({"a", "b"}), m["b"]}), Error);    // overlap
   auto other = DeviceMesh::init(w, {2, 2, 2}, {"a", "b", "c"});
-  EXPECT_THROW(concatenate({m["a"], other["b"]}), Error);   // different roots
+  EXPECT_THROW(concatenate({m["a"], other["b"]}), Error);  // different roots
 }
 
 TEST(DeviceMesh, EqualityHashAndTensorView) {
@@ -154,7 +154,7 @@ TEST(DeviceMesh, GroupsOnSimulatedWorld) {
   auto m = mesh_of(5, {2, 4, 1}, {"dp", "tp", "one"});
   auto g = m.get_group("one");  // a size-1 dim: a local communicator
   EXPECT_EQ(g->ranks(), (V{5}));
-  EXPECT_EQ(m.get_group(2), g);  // same ranks, same communicator
+  EXPECT_EQ(m.get_group(2), g);            // same ranks, same communicator
   EXPECT_THROW(m.get_group("tp"), Error);  // no peers in a simulated world
 }
 

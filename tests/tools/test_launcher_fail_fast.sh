@@ -19,7 +19,7 @@ echo "$out" | grep -q "worker 3 exited with code 3" || { echo "FAIL: worker 3 no
 echo "$out" | grep -q "$logs/worker_3.log" || { echo "FAIL: log not named"; fail=1; }
 grep -q boom "$logs/worker_3.log" || { echo "FAIL: worker log missing output"; fail=1; }
 sleep 1
-if pgrep -f "$marker" >/dev/null; then echo "FAIL: orphan workers"; pkill -f "$marker"; fail=1; fi
+if ps -eo stat=,args= | awk '$1 !~ /^Z/' | grep -F "$marker" | grep -v grep; then echo "FAIL: orphan workers"; pkill -f "$marker"; fail=1; fi
 # Environment set for every worker.
 "$build/tools/hyperpar-run" --worker_num 2 --log_dir "$logs/env" -- \
   bash -c 'echo "R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE M=$MASTER_ADDR:$MASTER_PORT"' >/dev/null 2>&1

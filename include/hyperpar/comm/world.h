@@ -34,8 +34,7 @@ class World {
   /// The communicator of `ranks` (ordered global ranks containing this rank). Collective
   /// over the members the first time it is asked for a rank set: all members must ask
   /// for the same sets in the same order.
-  std::shared_ptr<Communicator> group(const std::vector<int64_t>& ranks,
-                                      const std::string& label);
+  std::shared_ptr<Communicator> group(const std::vector<int64_t>& ranks, const std::string& label);
   /// Number of distinct communicators created so far.
   size_t num_groups() const { return groups_.size(); }
 

@@ -32,7 +32,7 @@ std::string concat(const Args&... args) {
 
 }  // namespace hyperpar
 
-#define HP_CHECK(cond, ...)                                            \
-  do {                                                                 \
+#define HP_CHECK(cond, ...)                                                        \
+  do {                                                                             \
     if (!(cond)) throw ::hyperpar::Error(::hyperpar::detail::concat(__VA_ARGS__)); \
   } while (0)

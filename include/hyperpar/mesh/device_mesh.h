@@ -44,8 +44,7 @@ class DeviceMesh {
                          const std::vector<std::string>& names);
   /// Mesh over an explicit N-D array of global ranks, given row-major with its shape.
   static DeviceMesh from_ranks(std::shared_ptr<comm::World> world,
-                               const std::vector<int64_t>& shape,
-                               const std::vector<int64_t>& ranks,
+                               const std::vector<int64_t>& shape, const std::vector<int64_t>& ranks,
                                const std::vector<std::string>& names);
 
   int64_t ndim() const { return static_cast<int64_t>(dims_.size()); }
@@ -72,8 +71,8 @@ class DeviceMesh {
     return get_group(dim_index(name));
   }
 
-  /// Slice by one dim name (mesh["tp"]) or several (mesh.slice({"dp", "tp"}), root order). Names may be this mesh's dims or
-  /// names flattened/unflattened on the root.
+  /// Slice by one dim name (mesh["tp"]) or several (mesh.slice({"dp", "tp"}), root order). Names
+  /// may be this mesh's dims or names flattened/unflattened on the root.
   DeviceMesh operator[](const std::string& name) const { return slice({name}); }
   DeviceMesh slice(const std::vector<std::string>& names) const;
   /// One dim spanning all of this mesh's dims; registered on the root under `name`
