@@ -52,7 +52,7 @@ WorkHandle Communicator::all_gather_into_tensor(at::Tensor out, const at::Tensor
   check_buffer(s, "input", in, std::nullopt, device_type());
   check_buffer(s, "output", out, in.scalar_type(), device_type());
   check_numel_ratio(s, "output", out, "input", in, size());
-  return finish(do_all_gather(out, in), opts);
+  return finish(do_all_gather(out, in, opts.async_op), opts);
 }
 
 WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor& in, ReduceOp op,
@@ -62,14 +62,14 @@ WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor&
   check_buffer(s, "output", out, in.scalar_type(), device_type());
   check_numel_ratio(s, "input", in, "output", out, size());
   check_reduce_dtype(s, in, op);
-  return finish(do_reduce_scatter(out, in, op), opts);
+  return finish(do_reduce_scatter(out, in, op, opts.async_op), opts);
 }
 
 WorkHandle Communicator::all_reduce(at::Tensor t, ReduceOp op, const CollectiveOptions& opts) {
   const CallSite s = site("all_reduce", opts);
   check_buffer(s, "tensor", t, std::nullopt, device_type());
   check_reduce_dtype(s, t, op);
-  return finish(do_all_reduce(t, op), opts);
+  return finish(do_all_reduce(t, op, opts.async_op), opts);
 }
 
 namespace {
@@ -113,7 +113,7 @@ WorkHandle Communicator::all_to_all_single(at::Tensor out, const at::Tensor& in,
                          ", output " + describe_tensor(out));
   auto in_rows = rows_per_rank(s, "input", in, std::move(in_splits), size());
   auto out_rows = rows_per_rank(s, "output", out, std::move(out_splits), size());
-  return finish(do_all_to_all(out, in, out_rows, in_rows), opts);
+  return finish(do_all_to_all(out, in, out_rows, in_rows, opts.async_op), opts);
 }
 
 WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveOptions& opts) {
@@ -122,11 +122,11 @@ WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveO
   if (root < 0 || root >= size())
     fail_contract(s, "root " + std::to_string(root) + " is not a group rank in [0, " +
                          std::to_string(size()) + ")");
-  return finish(do_broadcast(t, root), opts);
+  return finish(do_broadcast(t, root, opts.async_op), opts);
 }
 
 WorkHandle Communicator::barrier(const CollectiveOptions& opts) {
-  return finish(do_barrier(), opts);
+  return finish(do_barrier(opts.async_op), opts);
 }
 
 }  // namespace hyperpar::comm

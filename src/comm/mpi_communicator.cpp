@@ -123,6 +123,12 @@ std::function<void()> divide_if_avg(ReduceOp op, at::Tensor t, int64_t n) {
   return [t, n]() mutable { t.div_(static_cast<double>(n)); };
 }
 
+// Blocking calls finish before returning; only an average's division remains.
+WorkHandle completed(const std::function<void()>& finish = {}) {
+  if (finish) finish();
+  return std::make_shared<CompletedWork>();
+}
+
 }  // namespace
 
 void ensure_mpi_initialized() {
@@ -175,18 +181,29 @@ MpiCommunicator::~MpiCommunicator() {
   if (!fin && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-WorkHandle MpiCommunicator::do_all_gather(at::Tensor out, at::Tensor in) {
+WorkHandle MpiCommunicator::do_all_gather(at::Tensor out, at::Tensor in, bool async_op) {
   MoveType mt = move_type(in);
   int n = as_count(in.numel() * mt.per_element, "all_gather_into_tensor");
+  if (!async_op) {
+    mpi_check(MPI_Allgather(in.data_ptr(), n, mt.type, out.data_ptr(), n, mt.type, comm_),
+              "MPI_Allgather");
+    return completed();
+  }
   MPI_Request req;
   mpi_check(MPI_Iallgather(in.data_ptr(), n, mt.type, out.data_ptr(), n, mt.type, comm_, &req),
             "MPI_Iallgather");
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in}, nullptr);
 }
 
-WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op) {
+WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op,
+                                              bool async_op) {
   MPI_Datatype d = reduce_type(in, "reduce_scatter_tensor");
   int n = as_count(out.numel(), "reduce_scatter_tensor");
+  if (!async_op) {
+    mpi_check(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_),
+              "MPI_Reduce_scatter_block");
+    return completed(divide_if_avg(op, out, size()));
+  }
   MPI_Request req;
   mpi_check(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_, &req),
             "MPI_Ireduce_scatter_block");
@@ -194,9 +211,13 @@ WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, Red
                                    divide_if_avg(op, out, size()));
 }
 
-WorkHandle MpiCommunicator::do_all_reduce(at::Tensor t, ReduceOp op) {
+WorkHandle MpiCommunicator::do_all_reduce(at::Tensor t, ReduceOp op, bool async_op) {
   MPI_Datatype d = reduce_type(t, "all_reduce");
   int n = as_count(t.numel(), "all_reduce");
+  if (!async_op) {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, d, mpi_op(op), comm_), "MPI_Allreduce");
+    return completed(divide_if_avg(op, t, size()));
+  }
   MPI_Request req;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, d, mpi_op(op), comm_, &req),
             "MPI_Iallreduce");
@@ -205,7 +226,7 @@ WorkHandle MpiCommunicator::do_all_reduce(at::Tensor t, ReduceOp op) {
 
 WorkHandle MpiCommunicator::do_all_to_all(at::Tensor out, at::Tensor in,
                                           const std::vector<int64_t>& out_rows,
-                                          const std::vector<int64_t>& in_rows) {
+                                          const std::vector<int64_t>& in_rows, bool) {
   MoveType mt = move_type(in);
   const int64_t in_row_elems = in.dim() == 0 || in.size(0) == 0 ? 0 : in.numel() / in.size(0);
   const int64_t out_row_elems = out.dim() == 0 || out.size(0) == 0 ? 0 : out.numel() / out.size(0);
@@ -227,7 +248,7 @@ WorkHandle MpiCommunicator::do_all_to_all(at::Tensor out, at::Tensor in,
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in}, nullptr);
 }
 
-WorkHandle MpiCommunicator::do_broadcast(at::Tensor t, int64_t root) {
+WorkHandle MpiCommunicator::do_broadcast(at::Tensor t, int64_t root, bool) {
   MoveType mt = move_type(t);
   MPI_Request req;
   mpi_check(MPI_Ibcast(t.data_ptr(), as_count(t.numel() * mt.per_element, "broadcast"), mt.type,
@@ -236,7 +257,7 @@ WorkHandle MpiCommunicator::do_broadcast(at::Tensor t, int64_t root) {
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{t}, nullptr);
 }
 
-WorkHandle MpiCommunicator::do_barrier() {
+WorkHandle MpiCommunicator::do_barrier(bool) {
   MPI_Request req;
   mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{}, nullptr);

@@ -59,14 +59,16 @@ class Communicator {
 
  protected:
   // Backends: buffers are already checked; splits are already expanded to rows per rank.
-  virtual WorkHandle do_all_gather(at::Tensor out, at::Tensor in) = 0;
-  virtual WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op) = 0;
-  virtual WorkHandle do_all_reduce(at::Tensor t, ReduceOp op) = 0;
+  // async_op false: the caller waits at once, so a backend may use a blocking call.
+  virtual WorkHandle do_all_gather(at::Tensor out, at::Tensor in, bool async_op) = 0;
+  virtual WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op,
+                                       bool async_op) = 0;
+  virtual WorkHandle do_all_reduce(at::Tensor t, ReduceOp op, bool async_op) = 0;
   virtual WorkHandle do_all_to_all(at::Tensor out, at::Tensor in,
                                    const std::vector<int64_t>& out_rows,
-                                   const std::vector<int64_t>& in_rows) = 0;
-  virtual WorkHandle do_broadcast(at::Tensor t, int64_t root) = 0;
-  virtual WorkHandle do_barrier() = 0;
+                                   const std::vector<int64_t>& in_rows, bool async_op) = 0;
+  virtual WorkHandle do_broadcast(at::Tensor t, int64_t root, bool async_op) = 0;
+  virtual WorkHandle do_barrier(bool async_op) = 0;
   /// Device type this backend's buffers must live on.
   virtual c10::DeviceType device_type() const { return c10::kCPU; }
 

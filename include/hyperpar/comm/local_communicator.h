@@ -12,13 +12,13 @@ class LocalCommunicator final : public Communicator {
   const char* backend_name() const override { return "local"; }
 
  protected:
-  WorkHandle do_all_gather(at::Tensor out, at::Tensor in) override;
-  WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op) override;
-  WorkHandle do_all_reduce(at::Tensor t, ReduceOp op) override;
+  WorkHandle do_all_gather(at::Tensor out, at::Tensor in, bool async_op) override;
+  WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op, bool async_op) override;
+  WorkHandle do_all_reduce(at::Tensor t, ReduceOp op, bool async_op) override;
   WorkHandle do_all_to_all(at::Tensor out, at::Tensor in, const std::vector<int64_t>& out_rows,
-                           const std::vector<int64_t>& in_rows) override;
-  WorkHandle do_broadcast(at::Tensor t, int64_t root) override;
-  WorkHandle do_barrier() override;
+                           const std::vector<int64_t>& in_rows, bool async_op) override;
+  WorkHandle do_broadcast(at::Tensor t, int64_t root, bool async_op) override;
+  WorkHandle do_barrier(bool async_op) override;
 };
 
 }  // namespace hyperpar::comm
