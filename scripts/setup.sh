@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything hyperpar needs (Debian 12/13) and builds it. Quick when already done.
-# Usage: scripts/setup.sh [build-dir]   (HYPERPAR_BUILD_TYPE=Release|Debug, default Release)
+# Usage: scripts/setup.sh [build-dir]   (HYPERPAR_BUILD_TYPE=Release|Debug, default Release;
+#        HYPERPAR_SANITIZE=ON builds with AddressSanitizer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
@@ -20,5 +21,6 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import torch' >/dev/null 
 fi
 TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${HYPERPAR_BUILD_TYPE:-Release}" \
+  -DHYPERPAR_SANITIZE="${HYPERPAR_SANITIZE:-OFF}" \
   -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH:+$CMAKE_PREFIX_PATH;}$TORCH_PREFIX" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
