@@ -68,7 +68,6 @@ int main() {
              },
              iters)},
     };
-    (void)small;
     if (world->rank() == 0)
       for (auto& r : rows)
         std::printf("%-16s %8lld %12.2f %12.2f %8.3f\n", r.name, (long long)mib, r.hp, r.raw,
