@@ -37,8 +37,7 @@ int main() {
   for (int64_t mib : {1, 16, 64}) {
     const int64_t elems = mib * 1024 * 1024 / 4;
     const int iters = mib >= 64 ? 3 : 10;
-    at::Tensor big = at::ones({elems}), small = at::ones({elems / n}),
-               gathered = at::empty({elems * n});
+    at::Tensor big = at::ones({elems}), gathered = at::empty({elems * n});
     at::Tensor rs_out = at::empty({elems / n});
     struct Row {
       const char* name;
