@@ -75,6 +75,9 @@ int as_count(int64_t n, const char* op) {
 }
 
 MPI_Datatype reduce_type(const at::Tensor& t, const char* op) {
+  // MPI defines sum/max/min only for numeric types: a bool reduction would fail inside MPI.
+  HP_CHECK(t.scalar_type() != c10::kBool, op,
+           ": the MPI backend cannot sum/max/min a Bool tensor; convert it to an integer dtype");
   MPI_Datatype d = mpi_type(t.scalar_type());
   HP_CHECK(d != MPI_DATATYPE_NULL, op, ": the MPI backend cannot reduce dtype ", t.scalar_type(),
            "; reduce in float32 (reduce_dtype) instead");
