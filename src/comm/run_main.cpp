@@ -17,7 +17,9 @@ int fail(int code) {
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
   if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
-  return code;
+  // Without MPI (gloo, local): exit at once. Normal teardown would run the destructors of
+  // backends whose worker threads may be blocked on peers; the launcher stops the peers.
+  std::_Exit(code);
 }
 }  // namespace
 

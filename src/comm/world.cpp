@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "hyperpar/comm/c10d_communicator.h"
 #include "hyperpar/comm/local_communicator.h"
 #include "hyperpar/comm/mpi_communicator.h"
 #include "hyperpar/core/error.h"
@@ -19,20 +20,59 @@ std::shared_ptr<World> World::simulated(int64_t rank, int64_t size) {
   return std::shared_ptr<World>(new World(rank, size, Backend::kSimulated));
 }
 
+const char* to_string(Backend b) {
+  switch (b) {
+    case Backend::kSimulated:
+      return "simulated";
+    case Backend::kLocal:
+      return "local";
+    case Backend::kMpi:
+      return "mpi";
+    case Backend::kGloo:
+      return "gloo";
+  }
+  return "?";
+}
+
+namespace {
+int64_t env_int(const char* name) {
+  const char* v = std::getenv(name);
+  HP_CHECK(v && *v, name,
+           " is not set; the gloo backend needs RANK, WORLD_SIZE, MASTER_ADDR and "
+           "MASTER_PORT (start the program with hyperpar-run --backend gloo or torchrun)");
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    throw Error(detail::concat(name, "=", v, " is not an integer"));
+  }
+}
+}  // namespace
+
 std::shared_ptr<World> World::from_env() {
   static std::shared_ptr<World> world = [] {
     const char* backend = std::getenv("HYPERPAR_BACKEND");
     const bool under_mpi =
         std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-    std::string b = backend ? backend : (under_mpi ? "mpi" : "");
+    const bool under_c10d_launcher = std::getenv("RANK") && std::getenv("WORLD_SIZE") &&
+                                     std::getenv("MASTER_ADDR") && std::getenv("MASTER_PORT");
+    std::string b = backend ? backend : (under_mpi ? "mpi" : under_c10d_launcher ? "gloo" : "");
     if (b.empty()) {
       const char* ws = std::getenv("WORLD_SIZE");
       HP_CHECK(!ws || std::string(ws) == "1", "WORLD_SIZE=", ws,
-               " is set but no supported launcher was detected; start the program with "
-               "hyperpar-run --backend mpi or mpirun (the c10d/gloo backend is not built yet)");
+               " is set but no supported launcher was detected (RANK, MASTER_ADDR and "
+               "MASTER_PORT are missing); start the program with hyperpar-run, mpirun or "
+               "torchrun --no-python");
       return std::shared_ptr<World>(new World(0, 1, Backend::kLocal));
     }
-    HP_CHECK(b == "mpi", "HYPERPAR_BACKEND=", b, " is not supported; expected mpi");
+    HP_CHECK(b == "mpi" || b == "gloo", "HYPERPAR_BACKEND=", b,
+             " is not supported; expected mpi or gloo");
+    if (b == "gloo") {
+      HP_CHECK(gloo_available(),
+               "HYPERPAR_BACKEND=gloo, but this build has no gloo backend "
+               "(install libgloo-dev and reconfigure)");
+      return std::shared_ptr<World>(
+          new World(env_int("RANK"), env_int("WORLD_SIZE"), Backend::kGloo));
+    }
     ensure_mpi_initialized();
     int r = 0, s = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -55,10 +95,14 @@ std::shared_ptr<Communicator> World::group(const std::vector<int64_t>& ranks,
     HP_CHECK(ranks[0] == rank_, "rank ", rank_, " asked for the group of rank ", ranks[0]);
     comm = std::make_shared<LocalCommunicator>(rank_, label);
   } else {
-    HP_CHECK(backend_ == Backend::kMpi, "a ", (is_simulated() ? "simulated" : "single-process"),
+    HP_CHECK(backend_ == Backend::kMpi || backend_ == Backend::kGloo, "a ",
+             (is_simulated() ? "simulated" : "single-process"),
              " world has no peers: cannot create the ", ranks.size(), "-rank communicator of ",
              label);
-    comm = std::make_shared<MpiCommunicator>(create_mpi_comm(ranks), ranks, rank_, label);
+    if (backend_ == Backend::kGloo)
+      comm = make_gloo_communicator(ranks, rank_, label);
+    else
+      comm = std::make_shared<MpiCommunicator>(create_mpi_comm(ranks), ranks, rank_, label);
   }
   groups_.emplace(ranks, comm);
   return comm;

@@ -4,9 +4,10 @@
 # 30 s and names worker 3. Nothing is left running.
 set -u
 build=$1
+backend=${2:-mpi}
 logs=$(mktemp -d)
 start=$(date +%s)
-out=$(timeout 120 "$build/tools/hyperpar-run" --worker_num 8 --log_dir "$logs" -- "$build/one_rank_violation" 2>&1)
+out=$(timeout 120 "$build/tools/hyperpar-run" --worker_num 8 --backend "$backend" --master_port 29637 --log_dir "$logs" -- "$build/one_rank_violation" 2>&1)
 rc=$?
 elapsed=$(( $(date +%s) - start ))
 echo "$out"
@@ -14,7 +15,7 @@ fail=0
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: rc=$rc"; fail=1; }
 [ "$elapsed" -lt 30 ] || { echo "FAIL: took ${elapsed}s"; fail=1; }
 echo "$out" | grep -q "worker 3 exited with code 1" || { echo "FAIL: worker 3 not named"; fail=1; }
-grep -q "all_reduce on mesh dim dp ranks \[0, 1, 2, 3, 4, 5, 6, 7\] (mpi) (tag 'layers.3.w2.weight'): tensor (shape \[4, 4\] strides \[1, 4\]" "$logs/worker_3.log" \
+grep -q "all_reduce on mesh dim dp ranks \[0, 1, 2, 3, 4, 5, 6, 7\] ($backend) (tag 'layers.3.w2.weight'): tensor (shape \[4, 4\] strides \[1, 4\]" "$logs/worker_3.log" \
   || { echo "FAIL: message"; cat "$logs/worker_3.log"; fail=1; }
 sleep 1
 # Exited workers may linger a moment as zombies until reaped; only live ones count.

@@ -4,7 +4,7 @@
 // same ranks always map to the same (cached) communicator.
 //
 //   auto w = World::simulated(5, 8);   // rank 5 of 8, no process launched, no communicator
-//   auto w = World::from_env();        // mpirun / hyperpar-run: MPI; no launcher: 1 rank
+//   auto w = World::from_env();        // from the launcher's environment, see below
 //
 // A simulated world hands out only single-rank groups (local copies); asking it for a
 // larger group throws, since no peer processes exist.
@@ -17,13 +17,16 @@
 
 namespace hyperpar::comm {
 
-enum class Backend { kSimulated, kLocal, kMpi };
+enum class Backend { kSimulated, kLocal, kMpi, kGloo };
+const char* to_string(Backend b);
 
 class World {
  public:
   static std::shared_ptr<World> simulated(int64_t rank, int64_t size);
-  /// The process world from the launcher's environment (cached per process). Under
-  /// mpirun or hyperpar-run --backend mpi: MPI. With no launcher variables: one rank.
+  /// The process world from the launcher's environment (cached per process):
+  ///   HYPERPAR_BACKEND=mpi|gloo (set by hyperpar-run) wins; otherwise mpirun's variables
+  ///   mean MPI, and RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT without MPI (torchrun) mean
+  ///   gloo; with no launcher variables the world is one local rank.
   static std::shared_ptr<World> from_env();
 
   int64_t rank() const { return rank_; }

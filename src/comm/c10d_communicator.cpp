@@ -1,0 +1,229 @@
+#include "hyperpar/comm/c10d_communicator.h"
+
+#include "hyperpar/core/error.h"
+
+#ifdef HYPERPAR_HAVE_GLOO
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace hyperpar::comm {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::chrono::milliseconds collective_timeout() {
+  // Long enough for slow first steps on an oversubscribed machine; a peer that died is
+  // normally detected at once (closed connection), so this only bounds true deadlocks.
+  return std::chrono::seconds(std::stoll(env_or("HYPERPAR_COLLECTIVE_TIMEOUT_S", "600")));
+}
+
+// The store every group's rendezvous goes through, created on first use.
+c10::intrusive_ptr<c10d::Store> process_store() {
+  static c10::intrusive_ptr<c10d::Store> store = [] {
+    const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
+    const std::string port = env_or("MASTER_PORT", "29500");
+    const int64_t rank = std::stoll(env_or("RANK", "0"));
+    const int64_t size = std::stoll(env_or("WORLD_SIZE", "1"));
+    const bool agent_store = env_or("TORCHELASTIC_USE_AGENT_STORE", "") == "True";
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(std::stoi(port));
+    opts.isServer = !agent_store && rank == 0;
+    opts.numWorkers = agent_store ? std::nullopt : std::optional<std::size_t>(size);
+    opts.waitWorkers = false;
+    opts.timeout = collective_timeout();
+    c10::intrusive_ptr<c10d::Store> tcp;
+    try {
+      tcp = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+    } catch (const std::exception& e) {
+      throw Error(detail::concat("gloo backend: cannot ", opts.isServer ? "serve" : "reach",
+                                 " the rendezvous store at ", addr, ":", port, " (rank ", rank,
+                                 " of ", size, "): ", e.what()));
+    }
+    // torchrun's agent store is shared by restarts: keep each attempt's keys apart.
+    const std::string prefix =
+        agent_store ? "hyperpar/attempt_" + env_or("TORCHELASTIC_RESTART_COUNT", "0") : "hyperpar";
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::PrefixStore>(prefix, tcp));
+  }();
+  return store;
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device() {
+  static std::shared_ptr<::gloo::transport::Device> device = [] {
+    const std::string ifname = env_or("GLOO_SOCKET_IFNAME", "");
+    if (!ifname.empty()) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+    const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
+    if (addr == "localhost" || addr.rfind("127.", 0) == 0)
+      return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    return c10d::ProcessGroupGloo::createDefaultDevice();
+  }();
+  return device;
+}
+
+c10d::ReduceOp c10d_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // sum, then one division at completion
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+void check_reducible(const at::Tensor& t, const char* op) {
+  const auto s = t.scalar_type();
+  const bool ok = s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16 ||
+                  s == at::kInt || s == at::kLong || s == at::kChar || s == at::kByte;
+  HP_CHECK(ok, op, ": the gloo backend cannot reduce dtype ", s,
+           "; use float32/64, float16, bfloat16 or an integer dtype");
+}
+
+// Raw bytes of a contiguous tensor, as a 1-D uint8 view (for dtype-agnostic data movement).
+at::Tensor bytes_of(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
+
+class C10dWork final : public Work {
+ public:
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> on_done)
+      : work_(std::move(work)), on_done_(std::move(on_done)) {}
+  ~C10dWork() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    try {
+      work_->wait(collective_timeout());
+    } catch (const std::exception& e) {
+      done_ = true;
+      throw Error(std::string("gloo collective failed (a peer may have exited): ") + e.what());
+    }
+    complete();
+  }
+  bool is_completed() override {
+    if (!done_ && work_->isCompleted()) wait();
+    return done_;
+  }
+
+ private:
+  void complete() {
+    done_ = true;
+    if (on_done_) on_done_();
+  }
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> on_done_;
+  bool done_ = false;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(const std::vector<int64_t>& ranks, int64_t global_rank, std::string label)
+      : Communicator(ranks, global_rank, std::move(label)) {
+    std::ostringstream key;
+    key << "group";
+    for (int64_t r : ranks) key << "_" << r;
+    auto opts = c10d::ProcessGroupGloo::Options::create(collective_timeout());
+    opts->devices.push_back(gloo_device());
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>(key.str(), process_store()),
+          static_cast<int>(rank()), static_cast<int>(size()), opts);
+    } catch (const std::exception& e) {
+      throw Error(detail::concat("gloo backend: cannot create the communicator of ", this->label(),
+                                 ": ", e.what()));
+    }
+  }
+  const char* backend_name() const override { return "gloo"; }
+
+ protected:
+  WorkHandle do_all_gather(at::Tensor out, at::Tensor in, bool) override {
+    at::Tensor o = bytes_of(out), i = bytes_of(in);
+    return wrap(pg_->_allgather_base(o, i), {});
+  }
+  WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op, bool) override {
+    check_reducible(in, "reduce_scatter_tensor");
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = c10d_op(op);
+    at::Tensor flat_out = out.view({-1}), flat_in = in.view({-1});
+    return wrap(pg_->_reduce_scatter_base(flat_out, flat_in, o), divide_if_avg(op, out));
+  }
+  WorkHandle do_all_reduce(at::Tensor t, ReduceOp op, bool) override {
+    check_reducible(t, "all_reduce");
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d_op(op);
+    std::vector<at::Tensor> ts{t.view({-1})};
+    return wrap(pg_->allreduce(ts, o), divide_if_avg(op, t));
+  }
+  WorkHandle do_all_to_all(at::Tensor out, at::Tensor in, const std::vector<int64_t>& out_rows,
+                           const std::vector<int64_t>& in_rows, bool) override {
+    // Rows of the two sides hold the same number of elements (checked by Communicator).
+    const int64_t in_row = in.dim() == 0 || in.size(0) == 0 ? 0 : in.nbytes() / in.size(0);
+    const int64_t out_row = out.dim() == 0 || out.size(0) == 0 ? 0 : out.nbytes() / out.size(0);
+    const int64_t row = std::max(in_row, out_row);
+    std::vector<int64_t> os, is;
+    for (int64_t v : out_rows) os.push_back(v * row);
+    for (int64_t v : in_rows) is.push_back(v * row);
+    at::Tensor o = bytes_of(out), i = bytes_of(in);
+    return wrap(pg_->alltoall_base(o, i, os, is), {});
+  }
+  WorkHandle do_broadcast(at::Tensor t, int64_t root, bool) override {
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    std::vector<at::Tensor> ts{bytes_of(t)};
+    return wrap(pg_->broadcast(ts, o), {});
+  }
+  WorkHandle do_barrier(bool) override { return wrap(pg_->barrier(), {}); }
+
+ private:
+  std::function<void()> divide_if_avg(ReduceOp op, at::Tensor t) const {
+    if (op != ReduceOp::kAvg) return {};
+    const double n = static_cast<double>(size());
+    return [t, n]() mutable { t.div_(n); };
+  }
+  static WorkHandle wrap(c10::intrusive_ptr<c10d::Work> w, std::function<void()> on_done) {
+    return std::make_shared<C10dWork>(std::move(w), std::move(on_done));
+  }
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+bool gloo_available() { return true; }
+
+std::shared_ptr<Communicator> make_gloo_communicator(const std::vector<int64_t>& ranks,
+                                                     int64_t global_rank,
+                                                     const std::string& label) {
+  return std::make_shared<GlooCommunicator>(ranks, global_rank, label);
+}
+
+}  // namespace hyperpar::comm
+
+#else  // built without gloo headers
+
+namespace hyperpar::comm {
+bool gloo_available() { return false; }
+std::shared_ptr<Communicator> make_gloo_communicator(const std::vector<int64_t>&, int64_t,
+                                                     const std::string& label) {
+  throw Error(
+      "this hyperpar build has no gloo backend (gloo headers were not found at "
+      "configure time; install libgloo-dev and reconfigure); cannot create " +
+      label);
+}
+}  // namespace hyperpar::comm
+#endif
