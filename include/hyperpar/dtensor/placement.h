@@ -25,13 +25,13 @@
 namespace hyperpar::dtensor {
 
 struct Shard {
-  int64_t dim;
+  int64_t dim = 0;
   bool operator==(const Shard& o) const { return dim == o.dim; }
   bool operator!=(const Shard& o) const { return !(*this == o); }
 };
 struct StridedShard {
-  int64_t dim;
-  int64_t split_factor;
+  int64_t dim = 0;
+  int64_t split_factor = 1;
   bool operator==(const StridedShard& o) const {
     return dim == o.dim && split_factor == o.split_factor;
   }

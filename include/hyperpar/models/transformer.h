@@ -1,0 +1,74 @@
+#pragma once
+// Decoder-only Transformer (pre-norm, Llama-style), dense or with MoE in chosen layers.
+//
+//   h_0 = tok_embeddings[tokens]                                     [B, S, D]
+//   per layer l:  a = h + attention(attention_norm(h))               (nn/attention.h)
+//                 h = a + ffn(ffn_norm(a)),  ffn = feed_forward or moe (nn/moe.h)
+//   logits = output(norm(h))                                         [B, S, V], untied head
+//   loss = mean over B*S of cross_entropy(logits, targets), float32 (next-token: targets are
+//          the inputs shifted by one, supplied by the caller)
+// RMSNorm eps = norm_eps (1e-5), rotary base = rope_theta (10000), interleaved pairs.
+//
+// Parameter names: tok_embeddings.weight, layers.L.attention_norm.weight,
+// layers.L.attention.{wq,wk,wv,wo}.weight, layers.L.ffn_norm.weight,
+// layers.L.feed_forward.{w1,w2,w3}.weight | layers.L.moe.router.weight,
+// layers.L.moe.experts.{w1,w2,w3}, layers.L.moe.shared_expert.{w1,w2,w3}.weight,
+// norm.weight, output.weight.
+//
+// Init (torchtitan's): norms ones; tok_embeddings N(0, 1); every other weight
+// trunc_normal(0, 0.02, [-0.04, 0.04]) except the residual-output projections (wo, w2, experts
+// w2) with std 0.02 / sqrt(2 (L + 1)) truncated at +-2 std; output trunc_normal(0, D^-0.5, [-3
+// D^-0.5, 3 D^-0.5]).
+#include <memory>
+#include <vector>
+
+#include "hyperpar/nn/attention.h"
+#include "hyperpar/nn/moe.h"
+
+namespace hyperpar::models {
+
+struct TransformerConfig {
+  int64_t vocab_size = 256;
+  int64_t dim = 64;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t ffn_hidden = 128;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  // MoE: layers listed in moe_layers use MoE with n_experts experts (0: dense model).
+  int64_t n_experts = 0;
+  int64_t top_k = 2;
+  std::vector<int64_t> moe_layers;
+  bool shared_expert = false;
+  bool is_moe_layer(int64_t l) const;
+  /// Throws with a clear message if sizes do not fit together.
+  void validate() const;
+  int64_t num_parameters() const;
+};
+
+class TransformerBlock : public nn::Module {
+ public:
+  TransformerBlock(const TransformerConfig& cfg, int64_t layer_id);
+  at::Tensor forward(const at::Tensor& x) override;
+  std::shared_ptr<nn::RMSNorm> attention_norm, ffn_norm;
+  std::shared_ptr<nn::Attention> attention;
+  std::shared_ptr<nn::FeedForward> feed_forward;  // dense layers
+  std::shared_ptr<nn::MoE> moe;                   // MoE layers
+};
+
+class Transformer : public nn::Module {
+ public:
+  explicit Transformer(const TransformerConfig& cfg);
+  /// tokens [B, S] int64 -> logits [B, S, V]
+  at::Tensor forward(const at::Tensor& tokens) override;
+  /// Mean next-token cross-entropy of logits [B, S, V] against targets [B, S].
+  static at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
+  TransformerConfig cfg;
+  std::shared_ptr<nn::Embedding> tok_embeddings;
+  std::vector<std::shared_ptr<TransformerBlock>> layers;
+  std::shared_ptr<nn::RMSNorm> norm;
+  std::shared_ptr<nn::Linear> output;
+};
+
+}  // namespace hyperpar::models

@@ -1,0 +1,105 @@
+#include "hyperpar/models/transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "hyperpar/core/error.h"
+
+namespace hyperpar::models {
+
+using dtensor::InitScheme;
+
+bool TransformerConfig::is_moe_layer(int64_t l) const {
+  return n_experts > 0 && std::find(moe_layers.begin(), moe_layers.end(), l) != moe_layers.end();
+}
+
+void TransformerConfig::validate() const {
+  HP_CHECK(vocab_size > 0 && dim > 0 && n_layers > 0 && ffn_hidden > 0,
+           "model: vocab_size, dim, n_layers and ffn_hidden must be positive");
+  HP_CHECK(n_heads > 0 && dim % n_heads == 0, "model: dim ", dim, " is not divisible by n_heads ",
+           n_heads);
+  HP_CHECK((dim / n_heads) % 2 == 0, "model: head dim ", dim / n_heads,
+           " must be even (rotary embedding)");
+  HP_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "model: n_heads ", n_heads,
+           " is not divisible by n_kv_heads ", n_kv_heads);
+  for (int64_t l : moe_layers)
+    HP_CHECK(l >= 0 && l < n_layers, "model: moe layer ", l, " is outside [0, ", n_layers, ")");
+  if (!moe_layers.empty())
+    HP_CHECK(n_experts > 0 && top_k > 0 && top_k <= n_experts,
+             "model: moe needs n_experts > 0 "
+             "and 1 <= top_k <= n_experts (got ",
+             n_experts, ", ", top_k, ")");
+}
+
+int64_t TransformerConfig::num_parameters() const {
+  const int64_t hd = dim / n_heads;
+  int64_t n = 2 * vocab_size * dim + dim;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    n += 2 * dim + dim * n_heads * hd * 2 + dim * n_kv_heads * hd * 2;
+    if (is_moe_layer(l))
+      n += dim * n_experts + n_experts * 3 * dim * ffn_hidden +
+           (shared_expert ? 3 * dim * ffn_hidden : 0);
+    else
+      n += 3 * dim * ffn_hidden;
+  }
+  return n;
+}
+
+namespace {
+InitScheme trunc(double std) { return InitScheme::trunc_normal(0.0, std, -2 * std, 2 * std); }
+}  // namespace
+
+TransformerBlock::TransformerBlock(const TransformerConfig& cfg, int64_t layer_id)
+    : Module("TransformerBlock") {
+  const InitScheme init = InitScheme::trunc_normal(0.0, 0.02, -0.04, 0.04);
+  const InitScheme out_init = trunc(0.02 / std::sqrt(2.0 * (layer_id + 1)));
+  attention_norm =
+      register_module("attention_norm", std::make_shared<nn::RMSNorm>(cfg.dim, cfg.norm_eps));
+  attention = register_module("attention",
+                              std::make_shared<nn::Attention>(cfg.dim, cfg.n_heads, cfg.n_kv_heads,
+                                                              cfg.rope_theta, init, out_init));
+  ffn_norm = register_module("ffn_norm", std::make_shared<nn::RMSNorm>(cfg.dim, cfg.norm_eps));
+  if (cfg.is_moe_layer(layer_id))
+    moe = register_module(
+        "moe", std::make_shared<nn::MoE>(cfg.dim, cfg.ffn_hidden, cfg.n_experts, cfg.top_k,
+                                         cfg.shared_expert, init, out_init));
+  else
+    feed_forward = register_module(
+        "feed_forward", std::make_shared<nn::FeedForward>(cfg.dim, cfg.ffn_hidden, init, out_init));
+}
+
+at::Tensor TransformerBlock::forward(const at::Tensor& x) {
+  at::Tensor h = x + (*attention)((*attention_norm)(x));
+  at::Tensor n = (*ffn_norm)(h);
+  return h + (moe ? (*moe)(n) : (*feed_forward)(n));
+}
+
+Transformer::Transformer(const TransformerConfig& c) : Module("Transformer"), cfg(c) {
+  cfg.validate();
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<nn::Embedding>(cfg.vocab_size, cfg.dim));
+  for (int64_t l = 0; l < cfg.n_layers; ++l)
+    layers.push_back(
+        register_module("layers." + std::to_string(l), std::make_shared<TransformerBlock>(cfg, l)));
+  norm = register_module("norm", std::make_shared<nn::RMSNorm>(cfg.dim, cfg.norm_eps));
+  const double s = 1.0 / std::sqrt(static_cast<double>(cfg.dim));
+  output = register_module(
+      "output", std::make_shared<nn::Linear>(cfg.dim, cfg.vocab_size, false,
+                                             InitScheme::trunc_normal(0.0, s, -3 * s, 3 * s)));
+}
+
+at::Tensor Transformer::forward(const at::Tensor& tokens) {
+  nn::check_materialized(*this, "Transformer forward");
+  at::Tensor h = (*tok_embeddings)(tokens);
+  for (auto& layer : layers) h = (*layer)(h);
+  return (*output)((*norm)(h));
+}
+
+at::Tensor Transformer::loss(const at::Tensor& logits, const at::Tensor& targets) {
+  const int64_t V = logits.size(-1);
+  return at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), targets.reshape({-1}));
+}
+
+}  // namespace hyperpar::models
