@@ -32,17 +32,8 @@ Embedding::Embedding(int64_t num, int64_t dim)
 
 at::Tensor Embedding::forward(const at::Tensor& ids) {
   at::Tensor w = value("weight");
-  const Parameter& p = param("weight");
-  int64_t row0 = 0;
-  bool rows_split = false;
-  if (p.spec) {
-    const auto ranges = p.spec->local_ranges();
-    rows_split = w.size(0) != num_embeddings;
-    if (rows_split) {
-      HP_CHECK(ranges[0].size() <= 1, "Embedding: vocab rows must be one contiguous range");
-      row0 = ranges[0].empty() ? 0 : ranges[0][0].start;
-    }
-  }
+  const bool rows_split = w.size(0) != num_embeddings;
+  const int64_t row0 = vocab_start;
   at::Tensor y;
   if (!rows_split) {
     y = at::embedding(w, ids);

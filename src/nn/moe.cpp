@@ -60,7 +60,7 @@ at::Tensor MoE::local_routed_experts(const at::Tensor& tokens, const Routing& r)
   at::Tensor x = prepare_expert_input ? prepare_expert_input(tokens) : tokens;
   at::Tensor weights = prepare_routing_weights ? prepare_routing_weights(r.weights) : r.weights;
   at::Tensor out = at::zeros_like(x);
-  const int64_t local = experts->param("w1").data.size(0);
+  const int64_t local = experts->value("w1").size(0);
   HP_CHECK(local == n_experts, "MoE: ", local, " local experts of ", n_experts,
            " but no expert-parallel dispatch is installed");
   for (int64_t e = 0; e < n_experts; ++e) {

@@ -106,6 +106,8 @@ void RowwiseParallel::apply(nn::Module& m, const std::string& fqn,
   };
   if (auto* emb = dynamic_cast<nn::Embedding*>(&m)) {
     distribute(*emb, "weight", tp, Shard{0});
+    const auto rows = emb->param("weight").local_ranges()[0];
+    emb->vocab_start = rows.empty() ? 0 : rows[0].start;
     emb->reduce_output = reduce;
     return;
   }

@@ -30,6 +30,7 @@ class Embedding : public Module {
   at::Tensor forward(const at::Tensor& ids) override;
   TensorFn reduce_output;
   int64_t num_embeddings, embedding_dim;
+  int64_t vocab_start = 0;  // first row this rank holds when the rows are split (set by TP)
 };
 
 /// y = x * rsqrt(mean(x^2 over the last dim) + eps) * w, computed in float32 and cast back

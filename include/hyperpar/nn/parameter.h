@@ -19,11 +19,12 @@
 namespace hyperpar::nn {
 
 struct Parameter {
-  at::Tensor data;  // local shard (or the whole tensor when not distributed)
+  at::Tensor data;             // local shard (or the whole tensor when not distributed)
   std::vector<int64_t> shape;  // global shape
   dtensor::InitScheme init;
   std::optional<dtensor::DTensorSpec> spec;
   std::function<at::Tensor(const at::Tensor&)> materialize;
+  bool fsdp_managed = false;  // claimed by a fully_shard group
 
   bool is_distributed() const { return spec.has_value(); }
   at::Tensor value() const { return materialize ? materialize(data) : data; }

@@ -1,5 +1,7 @@
 // Partial(op) -> Replicate: all-reduce with op on a fresh contiguous copy (the input is never
-// modified). Adjoint: identity (the gradient of a Replicate value is Replicate).
+// modified). 16-bit floats are reduced in float32 and rounded back once (MPI has no 16-bit
+// reductions, and the sum is more accurate). Adjoint: identity (the gradient of a Replicate
+// value is Replicate).
 #include <ATen/ATen.h>
 
 #include "registry_entries.h"
@@ -14,9 +16,11 @@ class PartialToReplicate final : public Transition {
   }
   at::Tensor apply(const at::Tensor& local, const Placement& from, const Placement&,
                    const StepContext& ctx) const override {
-    at::Tensor out = local.clone(at::MemoryFormat::Contiguous);
+    const bool half = local.scalar_type() == at::kBFloat16 || local.scalar_type() == at::kHalf;
+    at::Tensor out =
+        half ? local.to(at::kFloat).contiguous() : local.clone(at::MemoryFormat::Contiguous);
     if (out.numel() > 0) ctx.group->all_reduce(out, std::get<Partial>(from).op, {ctx.tag, false});
-    return out;
+    return half ? out.to(local.scalar_type()) : out;
   }
 };
 }  // namespace

@@ -56,8 +56,15 @@ at::Tensor take_piece(const at::Tensor& parent, int64_t dim, const Placement& he
   return rows_at(parent.movedim(dim, 0), mine).movedim(0, dim).contiguous();
 }
 
-at::Tensor reduce_scatter_pieces(const at::Tensor& partial, int64_t dim, const Placement& held,
+at::Tensor reduce_scatter_pieces(const at::Tensor& partial_in, int64_t dim, const Placement& held,
                                  comm::ReduceOp op, const StepContext& ctx) {
+  // 16-bit floats reduce in float32 and round back once (as partial_to_replicate).
+  const bool half =
+      partial_in.scalar_type() == at::kBFloat16 || partial_in.scalar_type() == at::kHalf;
+  if (half)
+    return reduce_scatter_pieces(partial_in.to(at::kFloat), dim, held, op, ctx)
+        .to(partial_in.scalar_type());
+  const at::Tensor& partial = partial_in;
   const int64_t extent = partial.size(dim);
   const auto pieces = pieces_of_all(extent, held, ctx.size);
   const int64_t maxlen = max_piece(pieces);

@@ -1,0 +1,64 @@
+#pragma once
+// Optimizers over (possibly sharded) parameters: each rank updates its local shard; state
+// (momentum, Adam moments) has the shard's shape, so it is sharded like the parameter.
+// Updates run in float32 on the float32 sharded parameters.
+//
+// AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW):
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr wd p;
+//   p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// SGD: buf = momentum buf + g (+ wd p in g); p -= lr buf.
+//
+// clip_grad_norm: the global L2 norm over all parameters whatever their meshes (dense and
+// expert parameters live on different ones): each rank's local sum of squares is weighted
+// by (distinct shards of that parameter) / (world size), so that replicated copies count once,
+// and one all-reduce over the whole world sums them; equals the single-process norm.
+#include <vector>
+
+#include "hyperpar/comm/world.h"
+#include "hyperpar/nn/parameter.h"
+
+namespace hyperpar::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<nn::Parameter*> params) : params_(std::move(params)) {}
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+
+ protected:
+  std::vector<nn::Parameter*> params_;
+  double lr_ = 1e-3;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<nn::Parameter*> params, double lr, double weight_decay = 0.01,
+        double beta1 = 0.9, double beta2 = 0.95, double eps = 1e-8);
+  void step() override;
+
+ private:
+  double wd_, b1_, b2_, eps_;
+  int64_t t_ = 0;
+  std::vector<at::Tensor> m_, v_;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<nn::Parameter*> params, double lr, double momentum = 0.0,
+      double weight_decay = 0.0);
+  void step() override;
+
+ private:
+  double momentum_, wd_;
+  std::vector<at::Tensor> buf_;
+};
+
+/// Global gradient L2 norm (before clipping); scales gradients so the norm is <= max_norm
+/// when max_norm > 0. Collective over every rank of `world`.
+double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm,
+                      comm::World& world);
+
+}  // namespace hyperpar::optim

@@ -1,0 +1,71 @@
+#pragma once
+// fully_shard: FSDP2 semantics on hyperpar modules, composable with tensor parallel.
+//
+//   for (auto& block : model.layers) fully_shard(*block, dp_mesh, opts);   // bottom-up
+//   fully_shard(model, dp_mesh, opts);                                     // root: the rest
+//
+// Each call makes one parameter group of the module's parameters not claimed by an inner
+// call. Every managed parameter becomes sharded on dim 0 over the data-parallel mesh (1-D:
+// FSDP; 2-D (replicate, shard): HSDP). A TP-distributed parameter keeps its TP placement
+// and gets the combined spec on concatenate(dp_mesh, tp_mesh): FSDP shards dim 0 of its TP
+// shard, i.e. Shard(0) on dp, or StridedShard(0, tp) when TP also shards dim 0 (then dim 0
+// must divide by the tp size). Uneven dim 0 is split as torch.chunk does.
+//
+// Forward: the module's pre-forward hook unshards its group with ONE flat all-gather
+// (copy-in of every local shard, padded, cast to param_dtype; copy-out into per-parameter
+// unsharded tensors). With reshard_after_forward the unsharded storage is freed after the
+// module's forward and refilled (all-gather again, written through an alias so saved
+// tensors see it) when backward reaches the module's output.
+//
+// Backward (one entry point per group, DESIGN.md invariant 2): the group's gradients
+// arrive together; each is copied, cast to reduce_dtype, into one flat contiguous padded
+// buffer, reduce-scattered (avg) over the shard dim, all-reduced (avg) over the replicate
+// dim (HSDP), and written as the sharded gradients. Every collective is tagged with the
+// group's FQNs. With set_requires_gradient_sync(false), gradients accumulate unsharded and
+// unreduced; the next synced backward reduces the sum once.
+//
+// Under DeviceContext(meta) (or with meta parameters) nothing is communicated: specs are
+// set and the local shards are meta tensors of their shard shape, ready for to_empty +
+// init_weights.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyperpar/mesh/device_mesh.h"
+#include "hyperpar/nn/module.h"
+
+namespace hyperpar::parallel {
+
+struct FSDPOptions {
+  bool reshard_after_forward = true;
+  c10::ScalarType param_dtype = c10::kFloat;   // all-gather and compute
+  c10::ScalarType reduce_dtype = c10::kFloat;  // gradient reduction
+};
+
+struct FSDPStats {
+  int64_t all_gathers = 0;
+  int64_t reduce_scatters = 0;
+  int64_t all_reduces = 0;
+};
+
+class FSDPGroup;
+
+/// The group created by fully_shard(module); nullptr if the module was not fully_shard-ed.
+class FSDPHandle {
+ public:
+  explicit FSDPHandle(std::shared_ptr<FSDPGroup> g) : group_(std::move(g)) {}
+  void set_requires_gradient_sync(bool sync);
+  const FSDPStats& stats() const;
+  void reset_stats();
+  const std::vector<std::string>& fqns() const;
+
+ private:
+  std::shared_ptr<FSDPGroup> group_;
+};
+
+/// Applies FSDP to `module` (see above); `dp_mesh` is 1-D (shard) or 2-D (replicate, shard).
+FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh,
+                       const FSDPOptions& opts = {}, const std::string& fqn_prefix = "");
+
+}  // namespace hyperpar::parallel

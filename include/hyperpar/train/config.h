@@ -1,0 +1,52 @@
+#pragma once
+// Trainer configuration: YAML with sections model / parallel / train / comm (see configs/).
+//
+//   model:    {vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_hidden,
+//              moe: {n_experts, top_k, layers: [..], shared_expert}}
+//   parallel: {tp, ep, dp_replicate, dp_shard (-1 = infer), init_on_meta, reshard_after_forward,
+//              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel}
+//   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
+//              weight_decay, grad_clip, seed, optimizer (adamw|sgd)}
+//   comm:     {backend (mpi|gloo)}
+// --set section.key=value overrides one scalar (YAML syntax for the value). Unknown keys and
+// invalid combinations throw ConfigError, which the trainer reports with exit code 2 on every
+// rank before any communication.
+#include <string>
+#include <vector>
+
+#include "hyperpar/core/error.h"
+#include "hyperpar/models/transformer.h"
+
+namespace hyperpar::train {
+
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct ParallelConfig {
+  int64_t tp = 1, ep = 1, dp_replicate = 1, dp_shard = -1;
+  bool init_on_meta = true, reshard_after_forward = true, sequence_parallel = false;
+  c10::ScalarType param_dtype = c10::kFloat, reduce_dtype = c10::kFloat;
+};
+
+struct TrainConfig {
+  int64_t steps = 20, global_batch_size = 8, micro_batches = 1, seq_len = 16, warmup_steps = 0;
+  double lr = 1e-3, weight_decay = 0.0, grad_clip = 1.0;
+  uint64_t seed = 0;
+  std::string optimizer = "adamw";
+};
+
+struct Config {
+  models::TransformerConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  std::string backend = "mpi";
+};
+
+/// Parses `path` and applies `overrides` ("section.key=value").
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+/// Checks sizes against `world_size` and infers dp_shard; throws ConfigError.
+void validate(Config& c, int64_t world_size);
+
+}  // namespace hyperpar::train

@@ -1,0 +1,102 @@
+#include "hyperpar/optim/optimizer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "hyperpar/core/error.h"
+
+namespace hyperpar::optim {
+
+void Optimizer::zero_grad() {
+  for (auto* p : params_)
+    if (p->data.grad().defined()) p->data.mutable_grad() = at::Tensor();
+}
+
+AdamW::AdamW(std::vector<nn::Parameter*> params, double lr, double wd, double b1, double b2,
+             double eps)
+    : Optimizer(std::move(params)), wd_(wd), b1_(b1), b2_(b2), eps_(eps) {
+  lr_ = lr;
+  for (auto* p : params_) {
+    m_.push_back(at::zeros_like(p->data, at::MemoryFormat::Contiguous));
+    v_.push_back(at::zeros_like(p->data, at::MemoryFormat::Contiguous));
+  }
+}
+
+void AdamW::step() {
+  at::NoGradGuard no_grad;
+  ++t_;
+  const double c1 = 1.0 - std::pow(b1_, static_cast<double>(t_));
+  const double c2 = 1.0 - std::pow(b2_, static_cast<double>(t_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor p = params_[i]->data;
+    at::Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g = g.to(p.scalar_type());
+    m_[i].mul_(b1_).add_(g, 1.0 - b1_);
+    v_[i].mul_(b2_).addcmul_(g, g, 1.0 - b2_);
+    p.mul_(1.0 - lr_ * wd_);
+    at::Tensor denom = (v_[i] / c2).sqrt_().add_(eps_);
+    p.addcdiv_(m_[i], denom, -lr_ / c1);
+  }
+}
+
+SGD::SGD(std::vector<nn::Parameter*> params, double lr, double momentum, double wd)
+    : Optimizer(std::move(params)), momentum_(momentum), wd_(wd) {
+  lr_ = lr;
+  buf_.resize(params_.size());
+}
+
+void SGD::step() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor p = params_[i]->data;
+    at::Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g = g.to(p.scalar_type());
+    if (wd_ != 0) g = g + wd_ * p;
+    if (momentum_ != 0) {
+      if (!buf_[i].defined())
+        buf_[i] = g.clone();
+      else
+        buf_[i].mul_(momentum_).add_(g);
+      g = buf_[i];
+    }
+    p.add_(g, -lr_);
+  }
+}
+
+double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm,
+                      comm::World& world) {
+  at::NoGradGuard no_grad;
+  double local = 0;
+  for (auto* p : params) {
+    at::Tensor g = p->data.grad();
+    if (!g.defined()) continue;
+    double distinct = 1;  // distinct shards of this parameter across the world
+    if (p->spec) {
+      const auto ms = p->spec->mesh().shape();
+      for (size_t d = 0; d < ms.size(); ++d)
+        if (dtensor::shard_dim(p->spec->placements()[d]) >= 0) distinct *= ms[d];
+    }
+    local += g.to(at::kDouble).pow(2).sum().item<double>() * distinct /
+             static_cast<double>(world.size());
+  }
+  at::Tensor total = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
+  if (world.size() > 1) {
+    std::vector<int64_t> all(world.size());
+    std::iota(all.begin(), all.end(), 0);
+    world.group(all, "world")->all_reduce(total, comm::ReduceOp::kSum, {"clip_grad_norm"});
+  }
+  const double norm = std::sqrt(total.item<double>());
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto* p : params)
+      if (p->data.grad().defined()) p->data.mutable_grad().mul_(scale);
+  }
+  return norm;
+}
+
+}  // namespace hyperpar::optim

@@ -1,0 +1,176 @@
+#include "hyperpar/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <map>
+#include <set>
+
+namespace hyperpar::train {
+namespace {
+
+template <typename T>
+T as(const YAML::Node& n, const std::string& key) {
+  try {
+    return n.as<T>();
+  } catch (const std::exception&) {
+    throw ConfigError("config: '" + key + "' has an invalid value '" + YAML::Dump(n) + "'");
+  }
+}
+
+c10::ScalarType dtype_of(const std::string& s, const std::string& key) {
+  if (s == "float32" || s == "fp32") return c10::kFloat;
+  if (s == "bfloat16" || s == "bf16") return c10::kBFloat16;
+  throw ConfigError("config: '" + key + "' must be float32 or bfloat16, got '" + s + "'");
+}
+
+using Setter = std::function<void(Config&, const YAML::Node&)>;
+
+std::map<std::string, Setter> setters() {
+  std::map<std::string, Setter> m;
+#define HP_INT(sec, field, key) \
+  m[key] = [](Config& c, const YAML::Node& n) { c.sec.field = as<int64_t>(n, key); }
+#define HP_DBL(sec, field, key) \
+  m[key] = [](Config& c, const YAML::Node& n) { c.sec.field = as<double>(n, key); }
+#define HP_BOOL(sec, field, key) \
+  m[key] = [](Config& c, const YAML::Node& n) { c.sec.field = as<bool>(n, key); }
+  HP_INT(model, vocab_size, "model.vocab_size");
+  HP_INT(model, dim, "model.dim");
+  HP_INT(model, n_layers, "model.n_layers");
+  HP_INT(model, n_heads, "model.n_heads");
+  HP_INT(model, n_kv_heads, "model.n_kv_heads");
+  HP_INT(model, ffn_hidden, "model.ffn_hidden");
+  HP_INT(model, n_experts, "model.moe.n_experts");
+  HP_INT(model, top_k, "model.moe.top_k");
+  HP_BOOL(model, shared_expert, "model.moe.shared_expert");
+  m["model.moe.layers"] = [](Config& c, const YAML::Node& n) {
+    c.model.moe_layers = as<std::vector<int64_t>>(n, "model.moe.layers");
+  };
+  HP_INT(parallel, tp, "parallel.tp");
+  HP_INT(parallel, ep, "parallel.ep");
+  HP_INT(parallel, dp_replicate, "parallel.dp_replicate");
+  HP_INT(parallel, dp_shard, "parallel.dp_shard");
+  HP_BOOL(parallel, init_on_meta, "parallel.init_on_meta");
+  HP_BOOL(parallel, reshard_after_forward, "parallel.reshard_after_forward");
+  HP_BOOL(parallel, sequence_parallel, "parallel.sequence_parallel");
+  m["parallel.param_dtype"] = [](Config& c, const YAML::Node& n) {
+    c.parallel.param_dtype =
+        dtype_of(as<std::string>(n, "parallel.param_dtype"), "parallel.param_dtype");
+  };
+  m["parallel.reduce_dtype"] = [](Config& c, const YAML::Node& n) {
+    c.parallel.reduce_dtype =
+        dtype_of(as<std::string>(n, "parallel.reduce_dtype"), "parallel.reduce_dtype");
+  };
+  HP_INT(train, steps, "train.steps");
+  HP_INT(train, global_batch_size, "train.global_batch_size");
+  HP_INT(train, micro_batches, "train.micro_batches");
+  HP_INT(train, seq_len, "train.seq_len");
+  HP_INT(train, warmup_steps, "train.warmup_steps");
+  HP_DBL(train, lr, "train.lr");
+  HP_DBL(train, weight_decay, "train.weight_decay");
+  HP_DBL(train, grad_clip, "train.grad_clip");
+  m["train.seed"] = [](Config& c, const YAML::Node& n) {
+    c.train.seed = as<uint64_t>(n, "train.seed");
+  };
+  m["train.optimizer"] = [](Config& c, const YAML::Node& n) {
+    c.train.optimizer = as<std::string>(n, "train.optimizer");
+  };
+  m["comm.backend"] = [](Config& c, const YAML::Node& n) {
+    c.backend = as<std::string>(n, "comm.backend");
+  };
+#undef HP_INT
+#undef HP_DBL
+#undef HP_BOOL
+  return m;
+}
+
+void apply_node(Config& c, const YAML::Node& node, const std::string& prefix,
+                const std::map<std::string, Setter>& s) {
+  for (const auto& kv : node) {
+    const std::string key = prefix + kv.first.as<std::string>();
+    auto it = s.find(key);
+    if (it != s.end()) {
+      it->second(c, kv.second);
+      continue;
+    }
+    if (kv.second.IsMap()) {
+      bool known_prefix = false;
+      for (const auto& [k, f] : s) known_prefix |= k.rfind(key + ".", 0) == 0;
+      if (known_prefix) {
+        apply_node(c, kv.second, key + ".", s);
+        continue;
+      }
+    }
+    throw ConfigError("config: unknown key '" + key + "'");
+  }
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config c;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const std::exception& e) {
+    throw ConfigError("config: cannot read " + path + ": " + e.what());
+  }
+  const auto s = setters();
+  if (root.IsMap()) apply_node(c, root, "", s);
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos) throw ConfigError("--set '" + o + "': expected key=value");
+    const std::string key = o.substr(0, eq);
+    auto it = s.find(key);
+    if (it == s.end()) throw ConfigError("--set: unknown key '" + key + "'");
+    it->second(c, YAML::Load(o.substr(eq + 1)));
+  }
+  return c;
+}
+
+void validate(Config& c, int64_t world) {
+  auto& p = c.parallel;
+  auto& t = c.train;
+  auto fail = [](const std::string& m) { throw ConfigError("config: " + m); };
+  try {
+    c.model.validate();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  if (p.tp < 1 || p.ep < 1 || p.dp_replicate < 1) fail("tp, ep and dp_replicate must be >= 1");
+  if (world % (p.tp * p.dp_replicate) != 0)
+    fail("world size " + std::to_string(world) +
+         " is not divisible by tp*dp_replicate = " + std::to_string(p.tp * p.dp_replicate));
+  const int64_t inferred = world / (p.tp * p.dp_replicate);
+  if (p.dp_shard == -1) p.dp_shard = inferred;
+  if (p.dp_shard != inferred)
+    fail("dp_replicate*dp_shard*tp = " + std::to_string(p.dp_replicate * p.dp_shard * p.tp) +
+         " does not match the world size " + std::to_string(world));
+  if (c.model.n_heads % p.tp || c.model.n_kv_heads % p.tp)
+    fail("n_heads " + std::to_string(c.model.n_heads) + " and n_kv_heads " +
+         std::to_string(c.model.n_kv_heads) + " must be divisible by tp " + std::to_string(p.tp));
+  if (p.tp > 1 && c.model.vocab_size % p.tp) fail("vocab_size must be divisible by tp");
+  if (p.ep > 1) {
+    if (c.model.n_experts % p.ep)
+      fail("n_experts " + std::to_string(c.model.n_experts) + " is not divisible by ep " +
+           std::to_string(p.ep));
+    if ((p.dp_shard * p.tp) % p.ep) fail("ep must divide dp_shard*tp");
+    fail("expert parallel (ep > 1) is not available in this build yet (tracked in issue 4)");
+  }
+  const int64_t dp = p.dp_replicate * p.dp_shard;
+  if (t.global_batch_size % (dp * t.micro_batches))
+    fail("global_batch_size " + std::to_string(t.global_batch_size) + " must be divisible by dp (" +
+         std::to_string(dp) + ") x micro_batches (" + std::to_string(t.micro_batches) + ")");
+  if (p.sequence_parallel && t.seq_len % p.tp)
+    fail("seq_len must be divisible by tp for sequence_parallel");
+  if (t.steps < 0 || t.seq_len < 1 || t.lr <= 0)
+    fail("steps >= 0, seq_len >= 1 and lr > 0 required");
+  if (t.optimizer != "adamw" && t.optimizer != "sgd") fail("optimizer must be adamw or sgd");
+  if (c.backend != "mpi" && c.backend != "gloo") fail("comm.backend must be mpi or gloo");
+  if (c.backend == "mpi" && p.reduce_dtype != c10::kFloat)
+    fail("the MPI backend reduces float32 only: set parallel.reduce_dtype=float32");
+}
+
+}  // namespace hyperpar::train

@@ -1,0 +1,95 @@
+#include "hyperpar/train/trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+
+#include "hyperpar/optim/optimizer.h"
+#include "hyperpar/train/data.h"
+
+namespace hyperpar::train {
+
+double peak_rss_mb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return -1;
+}
+
+TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
+                         const std::string& metrics_path, bool print) {
+  const auto& t = c.train;
+  auto& model = *pm.model;
+  std::vector<nn::Parameter*> params;
+  for (auto& [n, p] : model.named_parameters()) params.push_back(p);
+  std::unique_ptr<optim::Optimizer> opt;
+  if (t.optimizer == "sgd")
+    opt = std::make_unique<optim::SGD>(params, t.lr, 0.9, t.weight_decay);
+  else
+    opt = std::make_unique<optim::AdamW>(params, t.lr, t.weight_decay);
+  std::ofstream metrics;
+  if (!metrics_path.empty() && world.rank() == 0) metrics.open(metrics_path, std::ios::trunc);
+  std::vector<int64_t> all(world.size());
+  std::iota(all.begin(), all.end(), 0);
+  auto world_group = world.group(all, "world");
+  const int64_t local_rows = t.global_batch_size / pm.dp_size;
+  const int64_t micro_rows = local_rows / t.micro_batches;
+  TrainResult result;
+  for (int64_t step = 1; step <= t.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const double lr = t.warmup_steps > 0 && step <= t.warmup_steps
+                          ? t.lr * static_cast<double>(step) / static_cast<double>(t.warmup_steps)
+                          : t.lr;
+    opt->set_lr(lr);
+    double loss_sum = 0;
+    for (int64_t mb = 0; mb < t.micro_batches; ++mb) {
+      const bool last = mb + 1 == t.micro_batches;
+      for (auto& h : pm.fsdp) h.set_requires_gradient_sync(last);
+      Batch b = make_batch(t.seed, step, t.global_batch_size, t.seq_len, c.model.vocab_size,
+                           pm.dp_rank * local_rows + mb * micro_rows, micro_rows);
+      at::Tensor loss = models::Transformer::loss(model(b.tokens), b.targets) /
+                        static_cast<double>(t.micro_batches);
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
+    // Loss of the global batch: the mean over data-parallel ranks (tp ranks agree).
+    at::Tensor l = at::full({1}, loss_sum, at::TensorOptions().dtype(at::kDouble));
+    world_group->all_reduce(l, comm::ReduceOp::kAvg, {"loss"});
+    const double grad_norm = optim::clip_grad_norm(params, t.grad_clip, world);
+    opt->step();
+    opt->zero_grad();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    StepMetrics m{step,
+                  l.item<double>(),
+                  grad_norm,
+                  lr,
+                  static_cast<double>(t.global_batch_size * t.seq_len) / secs,
+                  secs,
+                  peak_rss_mb()};
+    result.steps.push_back(m);
+    if (world.rank() == 0) {
+      if (print)
+        std::printf("step %4lld  loss %.6f  grad_norm %.4f  lr %.2e  tokens/s %.0f  time %.3fs\n",
+                    static_cast<long long>(step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
+                    m.step_time_s);
+      if (metrics.is_open()) {
+        char buf[512];
+        std::snprintf(buf, sizeof(buf),
+                      "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                      "\"tokens_per_s\": %.6g, \"step_time_s\": %.6g, \"peak_rss_mb\": %.6g}\n",
+                      static_cast<long long>(step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
+                      m.step_time_s, m.peak_rss_mb);
+        metrics << buf;
+        metrics.flush();
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace hyperpar::train
