@@ -21,10 +21,10 @@ struct ElementRng {
   std::array<uint32_t, 2> key;
   uint64_t stream;
   std::array<uint32_t, 4> draw(uint64_t index, uint32_t attempt) const {
-    return philox4x32_10({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
-                          static_cast<uint32_t>(stream),
-                          static_cast<uint32_t>(stream >> 32) ^ (attempt * kW0)},
-                         key);
+    return philox4x32_10(
+        {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
+         static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32) ^ (attempt * kW0)},
+        key);
   }
 };
 
@@ -41,7 +41,8 @@ double sample(const InitScheme& s, const ElementRng& rng, uint64_t index) {
       return s.p0 + (s.p1 - s.p0) * to_unit(rng.draw(index, 0)[0]);
     case K::kNormal: {
       auto x = rng.draw(index, 0);
-      return s.p0 + s.p1 * std::sqrt(-2.0 * std::log(to_unit(x[0]))) * std::cos(kTwoPi * to_unit(x[1]));
+      return s.p0 +
+             s.p1 * std::sqrt(-2.0 * std::log(to_unit(x[0]))) * std::cos(kTwoPi * to_unit(x[1]));
     }
     case K::kTruncNormal: {
       for (uint32_t attempt = 0; attempt < 64; ++attempt) {
@@ -126,21 +127,28 @@ void init_shard(at::Tensor& local, const std::vector<int64_t>& global_shape,
   }
   std::vector<int64_t> gstride(nd, 1);
   for (size_t d = nd; d-- > 1;) gstride[d - 1] = gstride[d] * global_shape[d];
-  at::Tensor values = at::empty({count}, at::TensorOptions().dtype(at::kDouble));
+  // Values are made in double precision in bounded chunks (so a shard never needs a full
+  // double copy of itself) and rounded once into the tensor.
+  constexpr int64_t kChunk = int64_t{1} << 18;
+  at::Tensor values = at::empty({std::min(count, kChunk)}, at::TensorOptions().dtype(at::kDouble));
   double* out = values.data_ptr<double>();
   const ElementRng rng{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}, stream};
   std::vector<size_t> pos(nd, 0);
-  for (int64_t e = 0; e < count; ++e) {
-    uint64_t g = 0;
-    for (size_t d = 0; d < nd; ++d) g += static_cast<uint64_t>(idx[d][pos[d]] * gstride[d]);
-    out[e] = sample(scheme, rng, g);
-    for (size_t d = nd; d-- > 0;) {
-      if (++pos[d] < idx[d].size()) break;
-      pos[d] = 0;
-    }
-  }
   at::NoGradGuard no_grad;
-  local.copy_(values.view(local.sizes()));
+  at::Tensor flat = local.view({-1});
+  for (int64_t begin = 0; begin < count; begin += kChunk) {
+    const int64_t n = std::min(kChunk, count - begin);
+    for (int64_t e = 0; e < n; ++e) {
+      uint64_t g = 0;
+      for (size_t d = 0; d < nd; ++d) g += static_cast<uint64_t>(idx[d][pos[d]] * gstride[d]);
+      out[e] = sample(scheme, rng, g);
+      for (size_t d = nd; d-- > 0;) {
+        if (++pos[d] < idx[d].size()) break;
+        pos[d] = 0;
+      }
+    }
+    flat.narrow(0, begin, n).copy_(values.narrow(0, 0, n));
+  }
 }
 
 }  // namespace hyperpar::dtensor

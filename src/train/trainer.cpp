@@ -7,18 +7,13 @@
 #include <fstream>
 #include <numeric>
 
+#include "hyperpar/core/process_memory.h"
 #include "hyperpar/optim/optimizer.h"
 #include "hyperpar/train/data.h"
 
 namespace hyperpar::train {
 
-double peak_rss_mb() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return -1;
-}
+double peak_rss_mb() { return peak_resident_mb(); }
 
 TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
                          const std::string& metrics_path, bool print) {

@@ -8,19 +8,14 @@
 #include <string>
 
 #include "hyperpar/core/device_context.h"
+#include "hyperpar/core/process_memory.h"
 #include "hyperpar/models/transformer.h"
 #include "hyperpar/parallel/tensor_parallel.h"
 
 using namespace hyperpar;
 
 namespace {
-int64_t rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
+int64_t rss_bytes() { return static_cast<int64_t>(resident_mb() * 1048576.0); }
 models::TransformerConfig big() {
   models::TransformerConfig c;  // Llama-7B-like widths, 8 layers, MoE in two of them
   c.vocab_size = 32000;
