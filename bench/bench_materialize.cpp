@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     at::ones({4}).sum();  // load kernels before the baseline
     const double baseline = resident_mb();
     auto pm = train::build_parallel_model(c, world);
-    const double peak = train::peak_resident_mb();
+    const double peak = peak_resident_mb();
     const double shard = pm.model->local_parameter_bytes() / 1048576.0;
     std::vector<int64_t> all(world->size());
     std::iota(all.begin(), all.end(), 0);
