@@ -94,41 +94,26 @@ void check_reducible(const at::Tensor& t, const char* op) {
 // Raw bytes of a contiguous tensor, as a 1-D uint8 view (for dtype-agnostic data movement).
 at::Tensor bytes_of(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
 
-class C10dWork final : public Work {
+class C10dWork final : public FinishingWork {
  public:
   C10dWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> on_done)
-      : work_(std::move(work)), on_done_(std::move(on_done)) {}
-  ~C10dWork() override {
-    if (!done_) {
-      try {
-        wait();
-      } catch (...) {
-      }
-    }
-  }
-  void wait() override {
-    if (done_) return;
+      : FinishingWork(std::move(on_done)), work_(std::move(work)) {}
+  ~C10dWork() override { wait_unless_done(); }
+
+ private:
+  void backend_wait() override {
     try {
       work_->wait(collective_timeout());
     } catch (const std::exception& e) {
-      done_ = true;
       throw Error(std::string("gloo collective failed (a peer may have exited): ") + e.what());
     }
-    complete();
   }
-  bool is_completed() override {
-    if (!done_ && work_->isCompleted()) wait();
-    return done_;
-  }
-
- private:
-  void complete() {
-    done_ = true;
-    if (on_done_) on_done_();
+  bool backend_test() override {
+    if (!work_->isCompleted()) return false;
+    backend_wait();  // returns at once, or throws the collective's error
+    return true;
   }
   c10::intrusive_ptr<c10d::Work> work_;
-  std::function<void()> on_done_;
-  bool done_ = false;
 };
 
 class GlooCommunicator final : public Communicator {

@@ -84,41 +84,22 @@ MPI_Datatype reduce_type(const at::Tensor& t, const char* op) {
   return d;
 }
 
-class MpiWork final : public Work {
+class MpiWork final : public FinishingWork {
  public:
   MpiWork(MPI_Request req, std::vector<at::Tensor> keep, std::function<void()> on_done)
-      : req_(req), keep_(std::move(keep)), on_done_(std::move(on_done)) {}
-  ~MpiWork() override {
-    if (!done_) {
-      try {
-        wait();
-      } catch (...) {
-      }
-    }
-  }
-  void wait() override {
-    if (done_) return;
-    mpi_check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait");
-    complete();
-  }
-  bool is_completed() override {
-    if (done_) return true;
-    int flag = 0;
-    mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-    if (flag) complete();
-    return done_;
-  }
+      : FinishingWork(std::move(on_done)), req_(req), keep_(std::move(keep)) {}
+  ~MpiWork() override { wait_unless_done(); }
 
  private:
-  void complete() {
-    done_ = true;
-    if (on_done_) on_done_();
-    keep_.clear();
+  void backend_wait() override { mpi_check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  bool backend_test() override {
+    int flag = 0;
+    mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    return flag != 0;
   }
+  void on_finished() override { keep_.clear(); }
   MPI_Request req_;
   std::vector<at::Tensor> keep_;
-  std::function<void()> on_done_;
-  bool done_ = false;
 };
 
 std::function<void()> divide_if_avg(ReduceOp op, at::Tensor t, int64_t n) {
