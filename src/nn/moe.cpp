@@ -26,8 +26,26 @@ GroupedExperts::GroupedExperts(int64_t n, int64_t dim_, int64_t hidden_, dtensor
   register_parameter("w3", {n, hidden, dim}, init);
 }
 
-at::Tensor GroupedExperts::forward(const at::Tensor&) {
-  throw Error("GroupedExperts is driven by MoE (run_expert), not called directly");
+at::Tensor GroupedExperts::forward(const at::Tensor& x) {
+  const int64_t local = static_cast<int64_t>(tokens_per_expert.size());
+  int64_t total = 0;
+  for (int64_t n : tokens_per_expert) total += n;
+  const int64_t held = value("w1").size(0);  // experts this rank computes (EP-local)
+  HP_CHECK(local == held, "GroupedExperts: tokens_per_expert has ", local, " entries for ", held,
+           " local experts");
+  HP_CHECK(x.dim() == 2 && total == x.size(0), "GroupedExperts: input ", x.sizes(),
+           " does not hold the ", total, " rows tokens_per_expert announces");
+  std::vector<at::Tensor> outs;
+  int64_t row = 0;
+  for (int64_t l = 0; l < local; ++l) {
+    const int64_t n = tokens_per_expert[l];
+    if (n > 0) outs.push_back(run_expert(l, x.narrow(0, row, n)));
+    row += n;
+  }
+  if (!outs.empty()) return at::cat(outs);
+  // Nothing routed here: a [0, D] result that still depends on every weight.
+  at::Tensor zero = (value("w1").sum() + value("w2").sum() + value("w3").sum()) * 0;
+  return x.narrow(0, 0, 0) + zero.to(x.scalar_type());
 }
 
 at::Tensor GroupedExperts::run_expert(int64_t e, const at::Tensor& x) {
@@ -56,21 +74,36 @@ Routing MoE::route(const at::Tensor& tokens) {
   return {idx, vals.to(tokens.scalar_type())};
 }
 
+ExpertOrder sort_by_expert(const at::Tensor& experts, int64_t n_experts) {
+  HP_CHECK(experts.dim() == 2 && experts.scalar_type() == at::kLong,
+           "sort_by_expert: expected [T, k] int64 expert ids, got ", experts.sizes(), " ",
+           experts.scalar_type());
+  at::Tensor flat = experts.reshape({-1});
+  auto sorted = at::sort(flat, /*stable=*/true, 0, false);
+  ExpertOrder o;
+  o.pair = std::get<1>(sorted);
+  o.token = at::floor_divide(o.pair, experts.size(1));
+  at::Tensor counts = at::bincount(flat, {}, n_experts).to(at::kLong).contiguous();
+  HP_CHECK(counts.numel() == n_experts, "sort_by_expert: expert id out of range [0, ", n_experts,
+           ")");
+  const int64_t* c = counts.data_ptr<int64_t>();
+  o.pairs_per_expert.assign(c, c + n_experts);
+  return o;
+}
+
+at::Tensor combine_by_token(const at::Tensor& y, const at::Tensor& weights,
+                            const ExpertOrder& order, int64_t n_tokens) {
+  at::Tensor w = weights.reshape({-1}).index_select(0, order.pair).unsqueeze(-1);
+  return at::zeros({n_tokens, y.size(-1)}, y.options()).index_add(0, order.token, y * w);
+}
+
 at::Tensor MoE::local_routed_experts(const at::Tensor& tokens, const Routing& r) {
   at::Tensor x = prepare_expert_input ? prepare_expert_input(tokens) : tokens;
   at::Tensor weights = prepare_routing_weights ? prepare_routing_weights(r.weights) : r.weights;
-  at::Tensor out = at::zeros_like(x);
-  const int64_t local = experts->value("w1").size(0);
-  HP_CHECK(local == n_experts, "MoE: ", local, " local experts of ", n_experts,
-           " but no expert-parallel dispatch is installed");
-  for (int64_t e = 0; e < n_experts; ++e) {
-    at::Tensor hit = (r.experts == e);                   // [T, k]
-    at::Tensor tok = hit.any(-1).nonzero().squeeze(-1);  // ascending token ids
-    if (tok.numel() == 0) continue;
-    at::Tensor w = (weights * hit.to(weights.scalar_type())).sum(-1).index_select(0, tok);
-    at::Tensor y = experts->run_expert(e, x.index_select(0, tok)) * w.unsqueeze(-1);
-    out = out.index_add(0, tok, y);
-  }
+  ExpertOrder order = sort_by_expert(r.experts, n_experts);
+  experts->tokens_per_expert = order.pairs_per_expert;
+  at::Tensor y = (*experts)(x.index_select(0, order.token));
+  at::Tensor out = combine_by_token(y, weights, order, x.size(0));
   if (experts->reduce_output) out = experts->reduce_output(out);
   return out;
 }

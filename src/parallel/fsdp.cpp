@@ -129,12 +129,14 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     }
     at::Tensor recv = at::empty({segment}, ropt);
     ensure_groups();
-    shard_group->reduce_scatter_tensor(recv, send, comm::ReduceOp::kAvg, {tag, false});
+    const auto op = opts.gradient_divide_factor ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
+    shard_group->reduce_scatter_tensor(recv, send, op, {tag, false});
     ++stats.reduce_scatters;
     if (replicate_group) {
-      replicate_group->all_reduce(recv, comm::ReduceOp::kAvg, {tag, false});
+      replicate_group->all_reduce(recv, op, {tag, false});
       ++stats.all_reduces;
     }
+    if (opts.gradient_divide_factor) recv.div_(*opts.gradient_divide_factor);
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& shard = params[i]->data;
       out[i] = recv.narrow(0, offset[i], shard.numel())
@@ -204,15 +206,20 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     std::vector<int64_t> tp_local = p->data.sizes().vec();
     if (p->spec) {
       const auto& tp_mesh = p->spec->mesh();
-      for (const auto& tpp : p->spec->placements())
-        if (shard_dim(tpp) == 0) {
-          HP_CHECK(tp_mesh.ndim() == 1 && is_shard(tpp), "fully_shard: ", fqn,
-                   " is sharded on dim 0 as ", p->placements_string(),
-                   "; only a 1-D Shard(0) composes with FSDP's dim 0");
-          HP_CHECK(p->shape[0] % tp_mesh.size() == 0, "fully_shard: ", fqn, " dim 0 (", p->shape[0],
-                   ") must divide by the tp size ", tp_mesh.size(), " to compose with FSDP");
-          fsdp_p = StridedShard{0, tp_mesh.size()};
-        }
+      int64_t dim0_split = 1;
+      for (size_t d = 0; d < p->spec->placements().size(); ++d) {
+        const auto& tpp = p->spec->placements()[d];
+        if (shard_dim(tpp) != 0) continue;
+        HP_CHECK(is_shard(tpp), "fully_shard: ", fqn, " is sharded on dim 0 as ",
+                 p->placements_string(), "; only Shard(0) composes with FSDP's dim 0");
+        dim0_split *= tp_mesh.size(static_cast<int64_t>(d));
+      }
+      if (dim0_split > 1) {
+        HP_CHECK(p->shape[0] % dim0_split == 0, "fully_shard: ", fqn, " dim 0 (", p->shape[0],
+                 ") must divide by the ", dim0_split, " TP/EP shards of it (",
+                 p->placements_string(), " on ", tp_mesh.to_string(), ") to compose with FSDP");
+        fsdp_p = StridedShard{0, dim0_split};
+      }
       combined = mesh::concatenate({dp_mesh, tp_mesh});
     }
     placements.push_back(fsdp_p);

@@ -152,21 +152,16 @@ void PrepareModuleOutput::apply(nn::Module& m, const std::string& fqn,
   });
 }
 
-void MoETensorParallel::apply(nn::Module& m, const std::string& fqn,
-                              const mesh::DeviceMesh& tp) const {
-  auto& moe = expect<nn::MoE>(m, fqn, "MoETensorParallel");
-  auto& ex = *moe.experts;
-  distribute(ex, "w1", tp, Shard{1});
-  distribute(ex, "w3", tp, Shard{1});
-  distribute(ex, "w2", tp, Shard{2});
-  ex.reduce_output = [tp, fqn](const at::Tensor& y) {
+void install_expert_tp_hooks(nn::MoE& moe, const mesh::DeviceMesh& tp, const std::string& fqn,
+                             bool input_grad_partial) {
+  moe.experts->reduce_output = [tp, fqn](const at::Tensor& y) {
     return relayout(y, tp, Partial{}, Replicate{}, std::nullopt, fqn + ".experts output");
   };
   moe.prepare_routing_weights = [tp, fqn](const at::Tensor& w) {
     return relayout(w, tp, Replicate{}, Replicate{}, Placement{Partial{}},
                     fqn + " routing weights");
   };
-  if (!input_grad_partial_) {
+  if (!input_grad_partial) {
     // The experts' input gradient is a partial sum over tp: all-reduce it.
     moe.prepare_expert_input = [tp, fqn](const at::Tensor& x) {
       return relayout(x, tp, Replicate{}, Replicate{}, Placement{Partial{}},
@@ -174,6 +169,10 @@ void MoETensorParallel::apply(nn::Module& m, const std::string& fqn,
     };
     return;
   }
+  count_router_grad_once(moe, tp);
+}
+
+void count_router_grad_once(nn::MoE& moe, const mesh::DeviceMesh& tp) {
   // The layer's input gradient is treated as a partial sum (a PrepareModuleInput with a
   // Partial gradient, as in sequence parallel). The router's share of it is the same on
   // every tp rank (replicated compute): count it once.
@@ -186,19 +185,33 @@ void MoETensorParallel::apply(nn::Module& m, const std::string& fqn,
   };
 }
 
-void parallelize_module(nn::Module& root, const mesh::DeviceMesh& tp, const ParallelizePlan& plan) {
-  HP_CHECK(tp.ndim() == 1, "parallelize_module: the tp mesh must be 1-D, got ", tp.to_string());
+void MoETensorParallel::apply(nn::Module& m, const std::string& fqn,
+                              const mesh::DeviceMesh& tp) const {
+  auto& moe = expect<nn::MoE>(m, fqn, "MoETensorParallel");
+  auto& ex = *moe.experts;
+  distribute(ex, "w1", tp, Shard{1});
+  distribute(ex, "w3", tp, Shard{1});
+  distribute(ex, "w2", tp, Shard{2});
+  install_expert_tp_hooks(moe, tp, fqn, input_grad_partial_);
+}
+
+void apply_plan(nn::Module& root, const mesh::DeviceMesh& mesh, const ParallelizePlan& plan) {
   auto modules = root.named_modules();
   for (const auto& [pattern, style] : plan) {
     int hits = 0;
     for (auto& [fqn, m] : modules)
       if (fqn_matches(pattern, fqn)) {
-        style->apply(*m, fqn, tp);
+        style->apply(*m, fqn, mesh);
         ++hits;
       }
     HP_CHECK(hits > 0, "parallelize_module: pattern '", pattern, "' (", style->name(),
              ") matches no module");
   }
+}
+
+void parallelize_module(nn::Module& root, const mesh::DeviceMesh& tp, const ParallelizePlan& plan) {
+  HP_CHECK(tp.ndim() == 1, "parallelize_module: the tp mesh must be 1-D, got ", tp.to_string());
+  apply_plan(root, tp, plan);
   for (auto& [fqn, p] : root.named_parameters())
     if (!p->is_distributed()) distribute_parameter(*p, tp, {Replicate{}});
 }

@@ -6,7 +6,8 @@ namespace hyperpar::parallel {
 using namespace dtensor;
 
 ParallelizePlan transformer_tp_plan(int64_t n_heads, int64_t n_kv_heads, bool has_dense,
-                                    bool has_moe, bool shared_expert, int64_t tp, bool sp) {
+                                    bool has_moe, bool shared_expert, int64_t tp, bool sp,
+                                    bool moe_experts) {
   HP_CHECK(n_heads % tp == 0 && n_kv_heads % tp == 0, "tensor parallel: n_heads ", n_heads,
            " and n_kv_heads ", n_kv_heads, " must both be divisible by tp ", tp);
   const Placement act = sp ? Placement{Shard{1}} : Placement{Replicate{}};
@@ -37,7 +38,7 @@ ParallelizePlan transformer_tp_plan(int64_t n_heads, int64_t n_kv_heads, bool ha
       plan.push_back({"layers.*.moe", std::make_shared<PrepareModuleInput>(act, Replicate{})});
       plan.push_back({"layers.*.moe", std::make_shared<PrepareModuleOutput>(Replicate{}, act)});
     }
-    plan.push_back({"layers.*.moe", std::make_shared<MoETensorParallel>(sp)});
+    if (moe_experts) plan.push_back({"layers.*.moe", std::make_shared<MoETensorParallel>(sp)});
     if (shared_expert) {
       if (!sp)
         plan.push_back({"layers.*.moe.shared_expert",

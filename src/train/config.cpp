@@ -48,6 +48,7 @@ std::map<std::string, Setter> setters() {
   };
   HP_INT(parallel, tp, "parallel.tp");
   HP_INT(parallel, ep, "parallel.ep");
+  HP_INT(parallel, expert_tp, "parallel.expert_tp");
   HP_INT(parallel, dp_replicate, "parallel.dp_replicate");
   HP_INT(parallel, dp_shard, "parallel.dp_shard");
   HP_BOOL(parallel, init_on_meta, "parallel.init_on_meta");
@@ -152,17 +153,34 @@ void validate(Config& c, int64_t world) {
     fail("n_heads " + std::to_string(c.model.n_heads) + " and n_kv_heads " +
          std::to_string(c.model.n_kv_heads) + " must be divisible by tp " + std::to_string(p.tp));
   if (p.tp > 1 && c.model.vocab_size % p.tp) fail("vocab_size must be divisible by tp");
+  const int64_t dp = p.dp_replicate * p.dp_shard;
+  if (p.expert_tp != 1 && p.expert_tp != p.tp)
+    fail("parallel.expert_tp must be 1 (ep borrows from dp_shard*tp) or tp (" +
+         std::to_string(p.tp) + ": experts also split over tp), got " +
+         std::to_string(p.expert_tp));
   if (p.ep > 1) {
+    if (c.model.n_experts <= 0 || c.model.moe_layers.empty())
+      fail("ep = " + std::to_string(p.ep) + " needs an MoE model (model.moe.n_experts > 0)");
     if (c.model.n_experts % p.ep)
       fail("n_experts " + std::to_string(c.model.n_experts) + " is not divisible by ep " +
            std::to_string(p.ep));
-    if ((p.dp_shard * p.tp) % p.ep) fail("ep must divide dp_shard*tp");
-    fail("expert parallel (ep > 1) is not available in this build yet (tracked in issue 4)");
+    if (p.expert_tp == 1 && (p.dp_shard * p.tp) % p.ep)
+      fail("ep " + std::to_string(p.ep) + " must divide dp_shard*tp = " +
+           std::to_string(p.dp_shard * p.tp) + " (ep borrows its ranks from them)");
+    if (p.expert_tp > 1 && p.dp_shard % p.ep)
+      fail("ep " + std::to_string(p.ep) + " must divide dp_shard = " + std::to_string(p.dp_shard) +
+           " when parallel.expert_tp = tp");
   }
-  const int64_t dp = p.dp_replicate * p.dp_shard;
+  if (t.micro_batches < 1 || t.global_batch_size < 1)
+    fail("train.micro_batches and train.global_batch_size must be >= 1");
   if (t.global_batch_size % (dp * t.micro_batches))
     fail("global_batch_size " + std::to_string(t.global_batch_size) + " must be divisible by dp (" +
          std::to_string(dp) + ") x micro_batches (" + std::to_string(t.micro_batches) + ")");
+  const int64_t micro_tokens = t.global_batch_size / (dp * t.micro_batches) * t.seq_len;
+  if (p.ep > 1 && p.expert_tp == 1 && micro_tokens % p.tp)
+    fail("with ep and expert_tp = 1 each tp rank dispatches an equal share of its tokens: the " +
+         std::to_string(micro_tokens) + " tokens per micro-batch per dp rank must divide by tp " +
+         std::to_string(p.tp));
   if (p.sequence_parallel && t.seq_len % p.tp)
     fail("seq_len must be divisible by tp for sequence_parallel");
   if (t.steps < 0 || t.seq_len < 1 || t.lr <= 0)

@@ -8,8 +8,9 @@
 // call. Every managed parameter becomes sharded on dim 0 over the data-parallel mesh (1-D:
 // FSDP; 2-D (replicate, shard): HSDP). A TP-distributed parameter keeps its TP placement
 // and gets the combined spec on concatenate(dp_mesh, tp_mesh): FSDP shards dim 0 of its TP
-// shard, i.e. Shard(0) on dp, or StridedShard(0, tp) when TP also shards dim 0 (then dim 0
-// must divide by the tp size). Uneven dim 0 is split as torch.chunk does.
+// shard, i.e. Shard(0) on dp, or StridedShard(0, f) when TP/EP also shards dim 0 over mesh
+// dims of total size f (then dim 0 must divide by f). The TP/EP mesh may be N-D (experts on
+// ("ep", "tp")). Uneven dim 0 is split as torch.chunk does.
 //
 // Forward: the module's pre-forward hook unshards its group with ONE flat all-gather
 // (copy-in of every local shard, padded, cast to param_dtype; copy-out into per-parameter
@@ -41,6 +42,10 @@ struct FSDPOptions {
   bool reshard_after_forward = true;
   c10::ScalarType param_dtype = c10::kFloat;   // all-gather and compute
   c10::ScalarType reduce_dtype = c10::kFloat;  // gradient reduction
+  /// When set, gradients are summed (reduce-scatter and HSDP all-reduce) and divided by this
+  /// once, instead of averaged over the group (PyTorch's set_gradient_divide_factor). Expert
+  /// FSDP groups need it: parallel/expert_mesh.h.
+  std::optional<double> gradient_divide_factor;
 };
 
 struct FSDPStats {

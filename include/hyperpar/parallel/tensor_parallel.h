@@ -26,6 +26,7 @@
 #include "hyperpar/dtensor/placement.h"
 #include "hyperpar/mesh/device_mesh.h"
 #include "hyperpar/nn/module.h"
+#include "hyperpar/nn/moe.h"
 
 namespace hyperpar::parallel {
 
@@ -124,14 +125,31 @@ using ParallelizePlan = std::vector<std::pair<std::string, std::shared_ptr<Paral
 /// still not distributed becomes Replicate on `tp`. Works under DeviceContext(meta).
 void parallelize_module(nn::Module& root, const mesh::DeviceMesh& tp, const ParallelizePlan& plan);
 
+/// Applies each style of `plan` (with `mesh`) to the modules whose FQN matches; a pattern
+/// that matches nothing is an error. Leaves other parameters alone (expert parallel uses it).
+void apply_plan(nn::Module& root, const mesh::DeviceMesh& mesh, const ParallelizePlan& plan);
+
+/// The activation hooks of MoETensorParallel on an MoE whose experts are already split on
+/// their hidden dim over `tp` (alone or inside a 2-D ("ep", "tp") mesh): expert output
+/// reduced over tp, partial routing-weight and expert-input gradients all-reduced (or, with
+/// `input_grad_partial`, the router's input gradient counted once).
+void install_expert_tp_hooks(nn::MoE& moe, const mesh::DeviceMesh& tp, const std::string& fqn,
+                             bool input_grad_partial);
+
+/// For an MoE whose input gradient is treated as a partial sum over `tp` while the router runs
+/// replicated: keeps the router's share of that gradient on tp coordinate 0 only.
+void count_router_grad_once(nn::MoE& moe, const mesh::DeviceMesh& tp);
+
 /// The Transformer plan (torchtitan's): vocab-parallel embedding, attention heads and MLP
 /// hidden split colwise/rowwise, MoE experts split on hidden, output head colwise with the
 /// logits gathered for the loss. With `sequence_parallel`, norms run on sequence-sharded
 /// activations and the block inputs are all-gathered / outputs reduce-scattered.
-/// Checks that heads, kv heads divide by the tp size.
+/// Checks that heads, kv heads divide by the tp size. `moe_experts` false leaves the routed
+/// experts to expert parallel (the plan still lays out the MoE input/output and the shared
+/// expert).
 ParallelizePlan transformer_tp_plan(int64_t n_heads, int64_t n_kv_heads, bool has_dense,
                                     bool has_moe, bool shared_expert, int64_t tp_size,
-                                    bool sequence_parallel);
+                                    bool sequence_parallel, bool moe_experts = true);
 
 /// Whether `fqn` matches `pattern` ("*" = one component).
 bool fqn_matches(const std::string& pattern, const std::string& fqn);

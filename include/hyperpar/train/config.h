@@ -4,7 +4,8 @@
 //   model:    {vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_hidden,
 //              moe: {n_experts, top_k, layers: [..], shared_expert}}
 //   parallel: {tp, ep, dp_replicate, dp_shard (-1 = infer), init_on_meta, reshard_after_forward,
-//              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel}
+//              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
+//              expert_tp (1 | tp, see parallel/expert_mesh.h)}
 //   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
 //              weight_decay, grad_clip, seed, optimizer (adamw|sgd)}
 //   comm:     {backend (mpi|gloo)}
@@ -26,6 +27,7 @@ class ConfigError : public Error {
 
 struct ParallelConfig {
   int64_t tp = 1, ep = 1, dp_replicate = 1, dp_shard = -1;
+  int64_t expert_tp = 1;  // 1: ep borrows from dp_shard*tp; tp: experts split over tp too
   bool init_on_meta = true, reshard_after_forward = true, sequence_parallel = false;
   c10::ScalarType param_dtype = c10::kFloat, reduce_dtype = c10::kFloat;
 };
