@@ -1,15 +1,15 @@
 // hyperpar-train: trains the configured Transformer on the launcher's world.
 //
-//   hyperpar-run --worker_num 8 -- hyperpar-train --config configs/tp2_fsdp.yaml
-//   hyperpar-train --config configs/tp2_fsdp.yaml --dry-run --world-size 8 [--rank 5]
+//   hyperpar-run --worker_num 8 -- hyperpar-train --config configs/tp2_ep2_fsdp.yaml
+//   hyperpar-train --config configs/tp2_ep2_fsdp.yaml --dry-run --world-size 8 [--rank 5]
 //
 // Invalid configs are reported by every rank before any communication, with exit code 2.
 #include <CLI/CLI.hpp>
 #include <chrono>
-#include <thread>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "hyperpar/comm/run_main.h"
 #include "hyperpar/train/trainer.h"
@@ -46,7 +46,12 @@ void dry_run(train::Config c, int64_t world_size, int64_t only_rank) {
     int64_t param_bytes = 0;
     std::cout << (first ? "" : ",") << "\n {\"rank\": " << r << ", \"dp_rank\": " << pm.dp_rank
               << ", \"tp_group\": " << json_ranks(pm.tp_mesh->ranks())
-              << ", \"dp_group\": " << json_ranks(pm.dp_mesh->ranks()) << ", \"parameters\": [";
+              << ", \"dp_group\": " << json_ranks(pm.dp_mesh->ranks());
+    if (pm.ep_mesh)
+      std::cout << ", \"ep_mesh\": \"" << pm.ep_mesh->to_string()
+                << "\", \"ep_group\": " << json_ranks(pm.ep_mesh->group_ranks(0))
+                << ", \"expert_dp_group\": " << json_ranks(pm.expert_dp_mesh->ranks());
+    std::cout << ", \"parameters\": [";
     bool pf = true;
     for (auto& [name, p] : pm.model->named_parameters()) {
       param_bytes += p->data.numel() * 4;

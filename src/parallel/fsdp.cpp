@@ -103,6 +103,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   std::vector<at::Tensor> reduce_grads(const std::vector<at::Tensor>& grads) {
     std::vector<at::Tensor> full(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
+      if (grads[i].defined() && !grads[i].is_contiguous()) ++stats.noncontiguous_grads;
       full[i] = grads[i].defined()
                     ? grads[i].to(opts.reduce_dtype)
                     : at::zeros(full_local[i], at::TensorOptions().dtype(opts.reduce_dtype));

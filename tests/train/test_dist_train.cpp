@@ -3,6 +3,8 @@
 //   * TP=2+FSDP, HSDP(2x2)+TP=2, FSDP=8: 20 steps with meta init; every step's loss within
 //     1e-5 relative of the baseline and the final full weights within 1e-5 (relative L2 per
 //     parameter). fp32; differences come only from summation order (measured ~1e-7).
+//   * TP=2+EP=2+FSDP (experts whole on ep, or split over tp too), EP=2+FSDP, HSDP+TP+EP with
+//     sequence parallel, TP=4+EP=2 without reshard: the same 20-step comparison.
 //   * micro_batches=4 equals one big batch; bf16 params (fp32 reduce) within 1e-2 of fp32.
 //   * communication count per step; regression (a) fully_shard under meta with TP params
 //     (combined meshes and StridedShard) and (b) a non-contiguous gradient view handed to the
@@ -79,6 +81,33 @@ TEST(DistTrain, Tp2Fsdp) {
   expect_matches(run("tp2_fsdp.yaml", {}, true), baseline(), 1e-5, "tp2_fsdp");
 }
 
+TEST(DistTrain, Tp2Ep2Fsdp) {
+  expect_matches(run("tp2_ep2_fsdp.yaml", {}, true), baseline(), 1e-5, "tp2_ep2_fsdp");
+}
+
+TEST(DistTrain, Ep2Fsdp) {
+  expect_matches(run("ep2_fsdp.yaml", {}, true), baseline(), 1e-5, "ep2_fsdp");
+}
+
+TEST(DistTrain, Tp2Ep2FsdpExpertsSplitOverTp) {
+  expect_matches(run("tp2_ep2_fsdp.yaml", {"parallel.expert_tp=2"}, true), baseline(), 1e-5,
+                 "tp2_ep2_fsdp expert_tp=2");
+}
+
+TEST(DistTrain, HsdpTp2Ep2SequenceParallel) {
+  expect_matches(run("tp2_ep2_fsdp.yaml",
+                     {"parallel.dp_replicate=2", "parallel.sequence_parallel=true"}, true),
+                 baseline(), 1e-5, "hsdp2_tp2_ep2 sp");
+}
+
+TEST(DistTrain, Tp4Ep2NoReshard) {
+  // ep < tp (ep groups inside tp groups) and experts unsharded between forward and backward.
+  expect_matches(
+      run("tp2_ep2_fsdp.yaml",
+          {"parallel.tp=4", "parallel.ep=2", "parallel.reshard_after_forward=false"}, true),
+      baseline(), 1e-5, "tp4_ep2 no reshard");
+}
+
 TEST(DistTrain, HsdpTp2) {
   expect_matches(run("hsdp2_tp2.yaml", {}, true), baseline(), 1e-5, "hsdp2_tp2");
 }
@@ -91,14 +120,14 @@ TEST(DistTrain, Fsdp8NoReshard) {
 
 TEST(DistTrain, GradientAccumulationEqualsOneBigBatch) {
   expect_matches(
-      run("tp2_fsdp.yaml", {"train.micro_batches=4", "train.global_batch_size=16", "train.steps=5"},
-          true),
-      run("tp2_fsdp.yaml", {"train.global_batch_size=16", "train.steps=5"}, true), 1e-5,
+      run("tp2_ep2_fsdp.yaml",
+          {"train.micro_batches=4", "train.global_batch_size=16", "train.steps=5"}, true),
+      run("tp2_ep2_fsdp.yaml", {"train.global_batch_size=16", "train.steps=5"}, true), 1e-5,
       "micro_batches=4");
 }
 
 TEST(DistTrain, Bf16ParamsWithinOnePercent) {
-  const TrainRun bf = run("tp2_fsdp.yaml", {"parallel.param_dtype=bfloat16"}, true);
+  const TrainRun bf = run("tp2_ep2_fsdp.yaml", {"parallel.param_dtype=bfloat16"}, true);
   EXPECT_LE(std::abs(bf.losses.back() - baseline().losses.back()), 1e-2)
       << bf.losses.back() << " vs " << baseline().losses.back();
   if (comm::World::from_env()->rank() == 0)
@@ -107,11 +136,33 @@ TEST(DistTrain, Bf16ParamsWithinOnePercent) {
 }
 
 TEST(DistTrain, LossFallsOverTraining) {
-  const TrainRun r = run("tp2_fsdp.yaml", {"train.steps=100"}, true);
+  const TrainRun r = run("tp2_ep2_fsdp.yaml", {"train.steps=100"}, true);
   EXPECT_LT(r.losses.back(), 0.6 * r.losses.front())
       << r.losses.front() << " -> " << r.losses.back();
   if (comm::World::from_env()->rank() == 0)
     std::cout << "100 steps: loss " << r.losses.front() << " -> " << r.losses.back() << "\n";
+}
+
+TEST(DistTrain, ExpertParallelCountsAndSpecs) {
+  train::ParallelModel pm;
+  const TrainRun r = run("tp2_ep2_fsdp.yaml", {"train.steps=1"}, true, &pm);
+  // Groups: block 0, layer 1's experts (expert-FSDP mesh), block 1, root.
+  ASSERT_EQ(pm.fsdp.size(), 4u);
+  EXPECT_EQ(pm.fsdp[1].fqns().front(), "layers.1.moe.experts.w1");
+  for (auto& h : pm.fsdp) {
+    EXPECT_EQ(h.stats().all_gathers, 2) << h.fqns().front();
+    EXPECT_EQ(h.stats().reduce_scatters, 1) << h.fqns().front();
+    EXPECT_EQ(h.stats().all_reduces, 0) << h.fqns().front();
+  }
+  // Regression (a) on real ranks: expert specs combined from the expert-FSDP and ep meshes;
+  // one step equals the baseline's first step.
+  EXPECT_LE(rel(r.losses[0], baseline().losses[0]), 1e-6);
+  auto& w1 = pm.model->layers[1]->moe->experts->param("w1");
+  EXPECT_EQ(dtensor::to_string(w1.spec->placements()), "(StridedShard(0, sf=2), Shard(0))");
+  const at::Tensor full = dtensor::DTensor(w1.data.detach(), *w1.spec).full_tensor();
+  train::ParallelModel one;
+  run("single.yaml", {"train.steps=1"}, false, &one);
+  EXPECT_LE(rel_t(full, one.model->layers[1]->moe->experts->param("w1").data.detach()), 1e-6);
 }
 
 TEST(DistTrain, CommunicationCountsAndRegressions) {

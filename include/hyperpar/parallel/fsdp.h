@@ -52,6 +52,9 @@ struct FSDPStats {
   int64_t all_gathers = 0;
   int64_t reduce_scatters = 0;
   int64_t all_reduces = 0;
+  /// Gradients that reached the reduction entry point as non-contiguous views (transposed
+  /// or strided autograd results); each was copied into the flat buffer like any other.
+  int64_t noncontiguous_grads = 0;
 };
 
 class FSDPGroup;

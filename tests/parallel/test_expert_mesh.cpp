@@ -1,0 +1,119 @@
+// Expert-parallel meshes and specs in one process (simulated 8-rank world):
+//   * the worked example of parallel/expert_mesh.h, built under DeviceContext(meta), for
+//     expert_tp = 1 and expert_tp = tp;
+//   * regression (a) with EP: build_parallel_model (experts Shard(0) on ep, TP, fully_shard
+//     per experts group / block / root) runs entirely under meta and gives the expert weights
+//     combined (efsdp, ep[, tp]) specs with StridedShard;
+//   * materialised on every simulated rank, the shards assemble the single-process init bit
+//     for bit (including ranks that hold no expert rows: torch.chunk sizes 1,1,0,0).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "hyperpar/core/device_context.h"
+#include "hyperpar/dtensor/dtensor.h"
+#include "hyperpar/parallel/expert_mesh.h"
+#include "hyperpar/train/parallel_model.h"
+
+using namespace hyperpar;
+
+namespace {
+
+using Ranks = std::vector<int64_t>;
+
+mesh::DeviceMesh world_mesh(int64_t rank) {
+  return mesh::DeviceMesh::init(comm::World::simulated(rank, 8), {1, 4, 2},
+                                {"dp_replicate", "dp_shard", "tp"});
+}
+
+train::Config ep_config(const std::vector<std::string>& sets) {
+  train::Config c =
+      train::load_config(std::string(HYPERPAR_SOURCE_DIR) + "/configs/tp2_ep2_fsdp.yaml", sets);
+  train::validate(c, 8);
+  return c;
+}
+
+}  // namespace
+
+TEST(ExpertMesh, WorkedExampleExpertTp1) {
+  DeviceContext meta(c10::kMeta);
+  auto m = parallel::make_expert_meshes(world_mesh(5), 2, 1);
+  EXPECT_EQ(m.ep.dim_names(), (std::vector<std::string>{"ep"}));
+  EXPECT_EQ(m.ep.ranks(), (Ranks{4, 5}));
+  EXPECT_EQ(m.expert_dp.ranks(), (Ranks{1, 3, 5, 7}));
+  std::vector<Ranks> ep_groups;
+  for (int64_t r = 0; r < 8; r += 2)
+    ep_groups.push_back(parallel::make_expert_meshes(world_mesh(r), 2, 1).ep.ranks());
+  EXPECT_EQ(ep_groups, (std::vector<Ranks>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(m.gradient_divide_factor, 4.0);
+}
+
+TEST(ExpertMesh, WorkedExampleExpertTpEqualsTp) {
+  DeviceContext meta(c10::kMeta);
+  auto m = parallel::make_expert_meshes(world_mesh(5), 2, 2);
+  EXPECT_EQ(m.ep.dim_names(), (std::vector<std::string>{"ep", "tp"}));
+  EXPECT_EQ(m.ep.ranks(), (Ranks{4, 5, 6, 7}));
+  EXPECT_EQ(m.ep.group_ranks(0), (Ranks{5, 7}));
+  EXPECT_EQ(m.expert_dp.ranks(), (Ranks{1, 5}));
+}
+
+TEST(ExpertMesh, HsdpAndBadSizes) {
+  auto w = mesh::DeviceMesh::init(comm::World::simulated(6, 8), {2, 2, 2},
+                                  {"dp_replicate", "dp_shard", "tp"});
+  auto m = parallel::make_expert_meshes(w, 2, 1);
+  EXPECT_EQ(m.expert_dp.dim_names(), (std::vector<std::string>{"dp_replicate", "efsdp"}));
+  EXPECT_EQ(m.expert_dp.ranks(), (Ranks{0, 2, 4, 6}));
+  EXPECT_EQ(m.ep.ranks(), (Ranks{6, 7}));
+  EXPECT_EQ(m.gradient_divide_factor, 4.0);
+  EXPECT_THROW(parallel::make_expert_meshes(world_mesh(0), 3, 1), Error);
+  EXPECT_THROW(parallel::make_expert_meshes(world_mesh(0), 8, 2), Error);
+  EXPECT_THROW(parallel::make_expert_meshes(world_mesh(0), 2, 3), Error);
+}
+
+TEST(ExpertMesh, SpecsUnderMetaAndInitIdentity) {
+  // Single-process reference init.
+  train::Config single = ep_config({});
+  single.parallel = train::ParallelConfig{};
+  train::validate(single, 1);
+  auto ref = train::build_parallel_model(single, comm::World::simulated(0, 1));
+  std::map<std::string, at::Tensor> want;
+  for (auto& [n, p] : ref.model->named_parameters()) want[n] = p->data.detach();
+
+  for (const char* etp : {"1", "2"}) {
+    const bool two_d = std::string(etp) == "2";
+    std::map<std::string, at::Tensor> got;
+    for (auto& [n, w] : want) got[n] = at::full(w.sizes(), std::nanf(""));
+    for (int64_t r = 0; r < 8; ++r) {
+      train::Config c = ep_config({std::string("parallel.expert_tp=") + etp});
+      // Regression (a): everything up to fully_shard runs under meta.
+      auto pm = train::build_parallel_model(c, comm::World::simulated(r, 8), false);
+      auto& w1 = pm.model->layers[1]->moe->experts->param("w1");
+      ASSERT_TRUE(w1.data.is_meta());
+      ASSERT_TRUE(w1.spec);
+      if (two_d) {
+        EXPECT_EQ(dtensor::to_string(w1.spec->placements()),
+                  "(StridedShard(0, sf=2), Shard(0), Shard(1))");
+        EXPECT_EQ(w1.spec->mesh().dim_names(), (std::vector<std::string>{"efsdp", "ep", "tp"}));
+      } else {
+        EXPECT_EQ(dtensor::to_string(w1.spec->placements()), "(StridedShard(0, sf=2), Shard(0))");
+        EXPECT_EQ(w1.spec->mesh().dim_names(), (std::vector<std::string>{"efsdp", "ep"}));
+      }
+      if (r == 5) {
+        // Worked example: rank 5 holds no expert rows (expert_tp 1) or one expert's half
+        // hidden (expert_tp 2: ep 0, efsdp 1 -> expert 1, hidden rows of tp 1).
+        EXPECT_EQ(w1.data.sizes().vec(), two_d ? (Ranks{1, 32, 64}) : (Ranks{0, 64, 64}));
+        if (two_d) {
+          EXPECT_EQ(w1.local_ranges()[0], (dtensor::IndexRanges{{1, 1}}));
+          EXPECT_EQ(w1.local_ranges()[1], (dtensor::IndexRanges{{32, 32}}));
+        }
+      }
+      auto& wq = pm.model->layers[0]->attention->wq->param("weight");
+      EXPECT_EQ(dtensor::to_string(wq.spec->placements()), "(StridedShard(0, sf=2), Shard(0))");
+      // Materialise this rank's shards and place them in the full tensors.
+      pm.model->to_empty(c10::kCPU);
+      pm.model->init_weights(c.train.seed);
+      for (auto& [n, p] : pm.model->named_parameters())
+        dtensor::put_ranges(got[n], p->local_ranges(), p->data.detach());
+    }
+    for (auto& [n, w] : want) EXPECT_TRUE(got[n].equal(w)) << "expert_tp " << etp << ": " << n;
+  }
+}
