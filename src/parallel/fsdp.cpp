@@ -26,10 +26,24 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   std::optional<mesh::DeviceMesh> dp_mesh;  // groups are fetched at first use (dry runs never)
   int64_t dp = 1, coord = 0;
 
+  std::shared_ptr<comm::Communicator> reshard_group;  // post-forward group (reshard_to)
+
+  // Ranks that share a post-forward shard: reshard_to consecutive shard coordinates.
+  int64_t post_forward_size() const { return opts.reshard_to > 0 ? opts.reshard_to : dp; }
+
   void ensure_groups() {
     if (shard_group) return;
     shard_group = dp_mesh->get_group(dp_mesh->ndim() - 1);
     if (dp_mesh->ndim() == 2 && dp_mesh->size(0) > 1) replicate_group = dp_mesh->get_group(0);
+    const int64_t k = post_forward_size();
+    if (k > 1 && k < dp) {
+      const auto all = dp_mesh->group_ranks(dp_mesh->ndim() - 1);
+      const auto first = all.begin() + (coord / k) * k;
+      std::vector<int64_t> block(first, first + k);
+      std::string label = "fsdp post-forward ranks [";
+      for (size_t i = 0; i < block.size(); ++i) label += (i ? ", " : "") + std::to_string(block[i]);
+      reshard_group = dp_mesh->world()->group(block, label + "]");
+    }
   }
   FSDPOptions opts;
   std::string tag;
@@ -40,20 +54,76 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
 
   int64_t rows(size_t i, int64_t r) const { return chunk_range(full_local[i][0], dp, r).size; }
 
-  // One flat all-gather of every shard (padded, cast to param_dtype) -> [dp * segment].
-  at::Tensor gather_flat() {
+  // A prefetched all-gather in flight: its buffers and the shards' versions when issued.
+  struct PendingGather {
+    comm::WorkHandle work;
+    at::Tensor send, recv;
+    std::vector<int64_t> versions;
+    bool from_kept;
+  };
+  // With reshard_to = k < dp: after forward this rank keeps the padded segments of dp / k
+  // shard ranks (its position j = coord % k picks segments [j * dp/k, (j+1) * dp/k)), so
+  // the k ranks of its post-forward group hold the whole flat buffer between them.
+  at::Tensor kept;
+  std::optional<PendingGather> pending;
+  std::vector<std::weak_ptr<FSDPGroup>> forward_prefetch, backward_prefetch;
+
+  std::vector<int64_t> shard_versions() const {
+    std::vector<int64_t> v;
+    for (auto* p : params) v.push_back(static_cast<int64_t>(p->data._version()));
+    return v;
+  }
+
+  // Issues the flat all-gather without waiting: of every shard (padded, cast to
+  // param_dtype) over the shard group, or of the post-forward chunks over the reshard group.
+  void begin_gather(bool from_kept = false) {
+    if (pending) return;
     auto opts_t = at::TensorOptions().dtype(opts.param_dtype);
-    at::Tensor send = at::zeros({segment}, opts_t);
-    for (size_t i = 0; i < params.size(); ++i) {
-      const at::Tensor& shard = params[i]->data;
-      if (shard.numel() > 0)
-        send.narrow(0, offset[i], shard.numel()).copy_(shard.detach().reshape({-1}));
+    at::Tensor send;
+    ensure_groups();
+    auto group = shard_group;
+    if (from_kept) {
+      send = kept;
+      group = reshard_group;
+    } else {
+      send = at::zeros({segment}, opts_t);
+      for (size_t i = 0; i < params.size(); ++i) {
+        const at::Tensor& shard = params[i]->data;
+        if (shard.numel() > 0)
+          send.narrow(0, offset[i], shard.numel()).copy_(shard.detach().reshape({-1}));
+      }
     }
     at::Tensor recv = at::empty({dp * segment}, opts_t);
-    ensure_groups();
-    shard_group->all_gather_into_tensor(recv, send, {tag, false});
+    auto work = group->all_gather_into_tensor(recv, send, {tag, true});
     ++stats.all_gathers;
-    return recv;
+    if (from_kept) ++stats.post_forward_group_gathers;
+    pending = PendingGather{work, send, recv, shard_versions(), from_kept};
+  }
+
+  // The gathered [dp * segment] buffer: the prefetched one if it is still current (no shard
+  // changed since it was issued, e.g. by an optimizer step), else a fresh all-gather.
+  at::Tensor gather_flat(bool from_kept = false) {
+    if (pending) {
+      pending->work->wait();
+      if (pending->versions == shard_versions() && pending->from_kept == from_kept) {
+        ++stats.prefetched;
+        at::Tensor flat = pending->recv;
+        pending.reset();
+        return flat;
+      }
+      pending.reset();  // stale: the shards were updated after it was issued
+    }
+    begin_gather(from_kept);
+    pending->work->wait();
+    at::Tensor flat = pending->recv;
+    pending.reset();
+    return flat;
+  }
+
+  void prefetch(const std::vector<std::weak_ptr<FSDPGroup>>& targets, bool only_freed) {
+    for (const auto& w : targets)
+      if (auto t = w.lock())
+        if (!only_freed || t->freed) t->begin_gather(only_freed && t->kept.defined());
   }
 
   // Rank r's rows of param i inside the gathered buffer, concatenated over ranks.
@@ -79,7 +149,26 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     return out;
   }
 
+  // Rows of param i that shard rank r holds start at this row of the unsharded tensor.
+  int64_t first_row(size_t i, int64_t r) const {
+    int64_t row = 0;
+    for (int64_t q = 0; q < r; ++q) row += rows(i, q);
+    return row;
+  }
+
   void free_unsharded() {
+    const int64_t k = post_forward_size();
+    if (k < dp) {
+      const int64_t per = dp / k, j = coord % k;
+      kept = at::zeros({per * segment}, at::TensorOptions().dtype(opts.param_dtype));
+      for (int64_t r = j * per; r < (j + 1) * per; ++r)
+        for (size_t i = 0; i < params.size(); ++i) {
+          const int64_t n = rows(i, r);
+          if (n == 0) continue;
+          kept.narrow(0, (r - j * per) * segment + offset[i], n * row_numel[i])
+              .copy_(unsharded[i].detach().narrow(0, first_row(i, r), n).reshape({-1}));
+        }
+    }
     for (auto& t : unsharded) at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), 0);
     freed = true;
   }
@@ -88,7 +177,8 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   // so the autograd version counter is untouched.
   void refill() {
     if (!freed) return;
-    at::Tensor flat = gather_flat();
+    at::Tensor flat = gather_flat(kept.defined());
+    kept = at::Tensor();
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor& t = unsharded[i];
       at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(),
@@ -181,6 +271,14 @@ struct UnshardFunction : public torch::autograd::Function<UnshardFunction> {
 }  // namespace
 
 void FSDPHandle::set_requires_gradient_sync(bool sync) { group_->sync = sync; }
+void FSDPHandle::set_modules_to_forward_prefetch(const std::vector<FSDPHandle>& next) {
+  group_->forward_prefetch.clear();
+  for (const auto& h : next) group_->forward_prefetch.push_back(h.group_);
+}
+void FSDPHandle::set_modules_to_backward_prefetch(const std::vector<FSDPHandle>& next) {
+  group_->backward_prefetch.clear();
+  for (const auto& h : next) group_->backward_prefetch.push_back(h.group_);
+}
 const FSDPStats& FSDPHandle::stats() const { return group_->stats; }
 void FSDPHandle::reset_stats() { group_->stats = {}; }
 const std::vector<std::string>& FSDPHandle::fqns() const { return group_->fqns; }
@@ -195,6 +293,9 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
   g->opts = opts;
   const int64_t shard_dim_of_mesh = dp_mesh.ndim() - 1;
   g->dp = dp_mesh.size(shard_dim_of_mesh);
+  HP_CHECK(opts.reshard_to >= 0 && (opts.reshard_to == 0 || g->dp % opts.reshard_to == 0),
+           "fully_shard: reshard_after_forward to ", opts.reshard_to,
+           " ranks must divide the shard group size ", g->dp, " (or be 0: the whole group)");
   g->coord = dp_mesh.get_local_rank(shard_dim_of_mesh);
   bool any_meta = false;
   for (auto& [fqn, p] : module.named_parameters(prefix)) {
@@ -272,10 +373,11 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     for (auto* p : g->params) shards.push_back(p->data);
     g->unsharded = UnshardFunction::apply(at::TensorList(shards), g);
     g->freed = false;
+    if (at::GradMode::is_enabled()) g->prefetch(g->forward_prefetch, false);
     return x;
   });
   module.add_forward_hook([g](nn::Module&, const at::Tensor&, const at::Tensor& y) {
-    if (!g->opts.reshard_after_forward || !y.requires_grad()) {
+    if (!g->opts.reshard_after_forward || g->post_forward_size() == 1 || !y.requires_grad()) {
       if (!y.requires_grad()) g->unsharded.clear();
       return y;
     }
@@ -285,7 +387,10 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     return differentiable(
         y, [](const at::Tensor& t) { return t; },
         [weak](const at::Tensor& grad) {
-          if (auto grp = weak.lock()) grp->refill();
+          if (auto grp = weak.lock()) {
+            grp->refill();
+            grp->prefetch(grp->backward_prefetch, true);
+          }
           return grad;
         },
         "fsdp_pre_backward");

@@ -52,7 +52,21 @@ std::map<std::string, Setter> setters() {
   HP_INT(parallel, dp_replicate, "parallel.dp_replicate");
   HP_INT(parallel, dp_shard, "parallel.dp_shard");
   HP_BOOL(parallel, init_on_meta, "parallel.init_on_meta");
-  HP_BOOL(parallel, reshard_after_forward, "parallel.reshard_after_forward");
+  HP_BOOL(parallel, prefetch, "parallel.prefetch");
+  // true | false | k: reshard after forward to groups of k ranks (FSDP2's int form).
+  m["parallel.reshard_after_forward"] = [](Config& c, const YAML::Node& n) {
+    const std::string key = "parallel.reshard_after_forward";
+    const std::string v = as<std::string>(n, key);
+    if (v == "true" || v == "false") {
+      c.parallel.reshard_after_forward = v == "true";
+      c.parallel.reshard_to = 0;
+      return;
+    }
+    c.parallel.reshard_to = as<int64_t>(n, key);
+    if (c.parallel.reshard_to < 1)
+      throw ConfigError("config: '" + key + "' must be true, false or a rank count >= 1, got " + v);
+    c.parallel.reshard_after_forward = true;
+  };
   HP_BOOL(parallel, sequence_parallel, "parallel.sequence_parallel");
   m["parallel.param_dtype"] = [](Config& c, const YAML::Node& n) {
     c.parallel.param_dtype =
@@ -171,6 +185,9 @@ void validate(Config& c, int64_t world) {
       fail("ep " + std::to_string(p.ep) + " must divide dp_shard = " + std::to_string(p.dp_shard) +
            " when parallel.expert_tp = tp");
   }
+  if (p.reshard_to > 0 && p.dp_shard % p.reshard_to)
+    fail("reshard_after_forward = " + std::to_string(p.reshard_to) +
+         " must divide dp_shard = " + std::to_string(p.dp_shard));
   if (t.micro_batches < 1 || t.global_batch_size < 1)
     fail("train.micro_batches and train.global_batch_size must be >= 1");
   if (t.global_batch_size % (dp * t.micro_batches))

@@ -1,5 +1,7 @@
 #include "hyperpar/train/parallel_model.h"
 
+#include <numeric>
+
 #include "hyperpar/core/device_context.h"
 #include "hyperpar/parallel/expert_mesh.h"
 #include "hyperpar/parallel/expert_parallel.h"
@@ -48,18 +50,48 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
             c.model.n_heads, c.model.n_kv_heads,
             static_cast<int64_t>(c.model.moe_layers.size()) < c.model.n_layers, has_moe,
             c.model.shared_expert, p.tp, p.sequence_parallel, /*moe_experts=*/!ep));
-  parallel::FSDPOptions fo{p.reshard_after_forward, p.param_dtype, p.reduce_dtype, std::nullopt};
+  parallel::FSDPOptions fo;
+  fo.reshard_after_forward = p.reshard_after_forward;
+  fo.reshard_to = p.reshard_to;
+  fo.param_dtype = p.param_dtype;
+  fo.reduce_dtype = p.reduce_dtype;
   parallel::FSDPOptions expert_fo = fo;
-  if (ep) expert_fo.gradient_divide_factor = em->gradient_divide_factor;
+  if (ep) {
+    expert_fo.gradient_divide_factor = em->gradient_divide_factor;
+    // The expert-FSDP group may be smaller than dp_shard: the largest divisor of it that
+    // also divides the requested post-forward group.
+    const int64_t efsdp = em->expert_dp.size(em->expert_dp.ndim() - 1);
+    if (p.reshard_to > 0) expert_fo.reshard_to = std::gcd(p.reshard_to, efsdp);
+  }
+  // Prefetch chains. Forward unshards: root (embeddings), then block l and, inside it, its
+  // experts, for l = 0..L-1. Backward refills: root (the loss side), then block l and its
+  // experts for l = L-1..0. Each group prefetches the next one of its chain.
+  std::vector<std::vector<parallel::FSDPHandle>> blocks(m.layers.size());
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const std::string prefix = "layers." + std::to_string(l) + ".";
     // Expert FSDP first (its own group on the expert-FSDP mesh), then the block.
+    std::optional<parallel::FSDPHandle> experts;
     if (ep && m.layers[l]->moe)
-      pm.fsdp.push_back(parallel::fully_shard(*m.layers[l]->moe->experts, *pm.expert_dp_mesh,
-                                              expert_fo, prefix + "moe.experts."));
+      experts = parallel::fully_shard(*m.layers[l]->moe->experts, *pm.expert_dp_mesh, expert_fo,
+                                      prefix + "moe.experts.");
     pm.fsdp.push_back(parallel::fully_shard(*m.layers[l], *pm.dp_mesh, fo, prefix));
+    blocks[l].push_back(pm.fsdp.back());
+    if (experts) {
+      pm.fsdp.push_back(*experts);
+      blocks[l].push_back(*experts);
+    }
   }
   pm.fsdp.push_back(parallel::fully_shard(m, *pm.dp_mesh, fo));
+  if (p.prefetch) {
+    std::vector<parallel::FSDPHandle> fwd{pm.fsdp.back()}, bwd{pm.fsdp.back()};
+    for (auto& b : blocks) fwd.insert(fwd.end(), b.begin(), b.end());
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
+      bwd.insert(bwd.end(), it->begin(), it->end());
+    for (size_t i = 0; i + 1 < fwd.size(); ++i)
+      fwd[i].set_modules_to_forward_prefetch({fwd[i + 1]});
+    for (size_t i = 0; i + 1 < bwd.size(); ++i)
+      bwd[i].set_modules_to_backward_prefetch({bwd[i + 1]});
+  }
   meta.reset();
   if (materialize) {
     if (p.init_on_meta) m.to_empty(c10::kCPU);

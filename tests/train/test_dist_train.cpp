@@ -85,8 +85,17 @@ TEST(DistTrain, Tp2Ep2Fsdp) {
   expect_matches(run("tp2_ep2_fsdp.yaml", {}, true), baseline(), 1e-5, "tp2_ep2_fsdp");
 }
 
-TEST(DistTrain, Ep2Fsdp) {
-  expect_matches(run("ep2_fsdp.yaml", {}, true), baseline(), 1e-5, "ep2_fsdp");
+TEST(DistTrain, Ep2FsdpNoPrefetch) {
+  expect_matches(run("ep2_fsdp.yaml", {"parallel.prefetch=false"}, true), baseline(), 1e-5,
+                 "ep2_fsdp (no prefetch)");
+}
+
+TEST(DistTrain, Tp2Ep2FsdpReshardToTwoRanks) {
+  train::ParallelModel pm;
+  expect_matches(run("tp2_ep2_fsdp.yaml", {"parallel.reshard_after_forward=2"}, true, &pm),
+                 baseline(), 1e-5, "tp2_ep2_fsdp reshard_after_forward=2");
+  // Every refill (one per group per step, root included) ran within the 2-rank group.
+  for (auto& h : pm.fsdp) EXPECT_EQ(h.stats().post_forward_group_gathers, 20) << h.fqns().front();
 }
 
 TEST(DistTrain, Tp2Ep2FsdpExpertsSplitOverTp) {
@@ -146,13 +155,16 @@ TEST(DistTrain, LossFallsOverTraining) {
 TEST(DistTrain, ExpertParallelCountsAndSpecs) {
   train::ParallelModel pm;
   const TrainRun r = run("tp2_ep2_fsdp.yaml", {"train.steps=1"}, true, &pm);
-  // Groups: block 0, layer 1's experts (expert-FSDP mesh), block 1, root.
+  // Groups: block 0, block 1, layer 1's experts (expert-FSDP mesh), root.
   ASSERT_EQ(pm.fsdp.size(), 4u);
-  EXPECT_EQ(pm.fsdp[1].fqns().front(), "layers.1.moe.experts.w1");
+  EXPECT_EQ(pm.fsdp[2].fqns().front(), "layers.1.moe.experts.w1");
   for (auto& h : pm.fsdp) {
     EXPECT_EQ(h.stats().all_gathers, 2) << h.fqns().front();
     EXPECT_EQ(h.stats().reduce_scatters, 1) << h.fqns().front();
     EXPECT_EQ(h.stats().all_reduces, 0) << h.fqns().front();
+    // Prefetch chains: root -> block 0 -> block 1 -> experts (forward), root -> block 1 ->
+    // experts -> block 0 (backward): every group but the root is prefetched both ways.
+    EXPECT_EQ(h.stats().prefetched, &h == &pm.fsdp.back() ? 0 : 2) << h.fqns().front();
   }
   // Regression (a) on real ranks: expert specs combined from the expert-FSDP and ep meshes;
   // one step equals the baseline's first step.
@@ -181,6 +193,7 @@ TEST(DistTrain, CommunicationCountsAndRegressions) {
     EXPECT_EQ(h.stats().all_gathers, 2) << h.fqns().front();
     EXPECT_EQ(h.stats().reduce_scatters, 1) << h.fqns().front();
     EXPECT_EQ(h.stats().all_reduces, 0);
+    EXPECT_EQ(h.stats().prefetched, &h == &pm.fsdp.back() ? 0 : 2) << h.fqns().front();
   }
   // (b) the gradient of a TP Shard(1) weight handed as a transposed view straight to the
   // Communicator: synchronous ContractError naming the parameter.

@@ -16,7 +16,13 @@
 // (copy-in of every local shard, padded, cast to param_dtype; copy-out into per-parameter
 // unsharded tensors). With reshard_after_forward the unsharded storage is freed after the
 // module's forward and refilled (all-gather again, written through an alias so saved
-// tensors see it) when backward reaches the module's output.
+// tensors see it) when backward reaches the module's output; FSDPOptions::reshard_to keeps
+// a larger post-forward shard so that refill stays within a smaller group.
+//
+// Prefetch (set_modules_to_forward/backward_prefetch): a group's unshard also issues the
+// next groups' all-gathers asynchronously; they are waited on when those groups unshard, so
+// the communication overlaps this group's compute. A prefetched buffer is used only if no
+// shard changed since it was issued (version counters), else it is gathered again.
 //
 // Backward (one entry point per group, DESIGN.md invariant 2): the group's gradients
 // arrive together; each is copied, cast to reduce_dtype, into one flat contiguous padded
@@ -40,6 +46,12 @@ namespace hyperpar::parallel {
 
 struct FSDPOptions {
   bool reshard_after_forward = true;
+  /// With reshard_after_forward: 0 frees everything (backward all-gathers over the whole
+  /// shard group); k (dividing the shard group size, e.g. the ranks of one node) keeps
+  /// 1/k of the unsharded parameters per rank, shared by groups of k consecutive shard
+  /// ranks, so backward all-gathers only within those k ranks (FSDP2's int
+  /// reshard_after_forward). k = 1 keeps everything (no reshard).
+  int64_t reshard_to = 0;
   c10::ScalarType param_dtype = c10::kFloat;   // all-gather and compute
   c10::ScalarType reduce_dtype = c10::kFloat;  // gradient reduction
   /// When set, gradients are summed (reduce-scatter and HSDP all-reduce) and divided by this
@@ -52,6 +64,8 @@ struct FSDPStats {
   int64_t all_gathers = 0;
   int64_t reduce_scatters = 0;
   int64_t all_reduces = 0;
+  int64_t prefetched = 0;                  // all-gathers (counted above) issued early and consumed
+  int64_t post_forward_group_gathers = 0;  // refills within the reshard_to group
   /// Gradients that reached the reduction entry point as non-contiguous views (transposed
   /// or strided autograd results); each was copied into the flat buffer like any other.
   int64_t noncontiguous_grads = 0;
@@ -64,6 +78,13 @@ class FSDPHandle {
  public:
   explicit FSDPHandle(std::shared_ptr<FSDPGroup> g) : group_(std::move(g)) {}
   void set_requires_gradient_sync(bool sync);
+  /// FSDP2's explicit prefetch: when this group unshards in forward, the all-gathers of
+  /// `next` are issued asynchronously and waited on only when those groups unshard, so the
+  /// communication overlaps this group's compute. Every rank must set the same lists.
+  void set_modules_to_forward_prefetch(const std::vector<FSDPHandle>& next);
+  /// The same in backward: when this group is refilled before its backward, the refill
+  /// all-gathers of `next` (groups resharded after forward) are issued early.
+  void set_modules_to_backward_prefetch(const std::vector<FSDPHandle>& next);
   const FSDPStats& stats() const;
   void reset_stats();
   const std::vector<std::string>& fqns() const;

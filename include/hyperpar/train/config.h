@@ -3,7 +3,8 @@
 //
 //   model:    {vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_hidden,
 //              moe: {n_experts, top_k, layers: [..], shared_expert}}
-//   parallel: {tp, ep, dp_replicate, dp_shard (-1 = infer), init_on_meta, reshard_after_forward,
+//   parallel: {tp, ep, dp_replicate, dp_shard (-1 = infer), init_on_meta,
+//              reshard_after_forward (true | false | k ranks), prefetch,
 //              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
 //              expert_tp (1 | tp, see parallel/expert_mesh.h)}
 //   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
@@ -29,6 +30,8 @@ struct ParallelConfig {
   int64_t tp = 1, ep = 1, dp_replicate = 1, dp_shard = -1;
   int64_t expert_tp = 1;  // 1: ep borrows from dp_shard*tp; tp: experts split over tp too
   bool init_on_meta = true, reshard_after_forward = true, sequence_parallel = false;
+  int64_t reshard_to = 0;  // reshard_after_forward: k -> post-forward groups of k ranks
+  bool prefetch = true;    // FSDP all-gather prefetch of the next group (forward, backward)
   c10::ScalarType param_dtype = c10::kFloat, reduce_dtype = c10::kFloat;
 };
 
