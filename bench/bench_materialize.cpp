@@ -4,8 +4,10 @@
 // process's resident memory before building (the fixed overhead: LibTorch, MPI, allocator)
 // and the peak resident memory (VmHWM) after materialisation, and checks
 //   peak <= baseline + 1.1 x shard bytes.
+// With --moe the last layer is an MoE of 8 experts (~10 GiB in all) under TP=2 + EP=2 +
+// FSDP (experts on the ep mesh, expert FSDP over dp_shard*tp/ep = 4), the reported layout.
 //
-//   build/tools/hyperpar-run --worker_num 8 -- build/bench/bench_materialize [--out FILE.json]
+//   build/tools/hyperpar-run --worker_num 8 -- build/bench/bench_materialize [--moe] [--out F.json]
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -20,7 +22,13 @@
 using namespace hyperpar;
 
 int main(int argc, char** argv) {
-  std::string out = argc > 2 && std::string(argv[1]) == "--out" ? argv[2] : "";
+  std::string out;
+  bool moe = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--moe") moe = true;
+    if (a == "--out" && i + 1 < argc) out = argv[++i];
+  }
   return comm::run_main([&] {
     auto world = comm::World::from_env();
     train::Config c;
@@ -31,6 +39,12 @@ int main(int argc, char** argv) {
     c.model.n_kv_heads = 8;
     c.model.ffn_hidden = 11008;
     c.parallel.tp = world->size() % 2 == 0 ? 2 : 1;
+    if (moe) {
+      c.model.n_experts = 8;
+      c.model.top_k = 2;
+      c.model.moe_layers = {7};
+      c.parallel.ep = world->size() % 4 == 0 ? 2 : 1;
+    }
     c.parallel.init_on_meta = true;
     train::validate(c, world->size());
     at::ones({4}).sum();  // load kernels before the baseline
@@ -46,8 +60,9 @@ int main(int argc, char** argv) {
     int bad = 0;
     if (world->rank() == 0) {
       const double full_gib = c.model.num_parameters() * 4.0 / (1 << 30);
-      std::printf("model: %.2f GiB of fp32 weights, %d ranks, tp=%lld, dp_shard=%lld\n", full_gib,
-                  static_cast<int>(world->size()), static_cast<long long>(c.parallel.tp),
+      std::printf("model: %.2f GiB of fp32 weights, %d ranks, tp=%lld, ep=%lld, dp_shard=%lld\n",
+                  full_gib, static_cast<int>(world->size()), static_cast<long long>(c.parallel.tp),
+                  static_cast<long long>(c.parallel.ep),
                   static_cast<long long>(c.parallel.dp_shard));
       std::printf("rank  shard_MiB  baseline_MiB  peak_MiB  (peak-baseline)/shard\n");
       std::string json = "{\"full_weights_gib\": " + std::to_string(full_gib) + ", \"ranks\": [";

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/native/Resize.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include <numeric>
 
@@ -220,22 +221,66 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     }
     at::Tensor recv = at::empty({segment}, ropt);
     ensure_groups();
-    const auto op = opts.gradient_divide_factor ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
-    shard_group->reduce_scatter_tensor(recv, send, op, {tag, false});
+    finish_all_reductions();  // at most one reduce-scatter in flight (bounds memory)
+    auto work = shard_group->reduce_scatter_tensor(recv, send, reduce_op(), {tag, true});
     ++stats.reduce_scatters;
+    pending_reduce = PendingReduce{work, send, recv};
+    in_flight().push_back(shared_from_this());
+    // Whatever is still in flight when this backward ends is finished then (FSDP2's
+    // post-backward callback), so the optimizer always sees complete gradients.
+    torch::autograd::Engine::get_default_engine().queue_callback([] { finish_all_reductions(); });
+    return out;  // undefined: finish_reduce writes the sharded gradients itself
+  }
+
+  comm::ReduceOp reduce_op() const {
+    return opts.gradient_divide_factor ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
+  }
+
+  // An issued reduce-scatter: waited on when the next group reduces or backward ends; then
+  // the HSDP all-reduce, the divide factor, and the sharded gradients written (added to any
+  // gradient already there, as autograd accumulation would).
+  struct PendingReduce {
+    comm::WorkHandle work;
+    at::Tensor send, recv;
+  };
+  std::optional<PendingReduce> pending_reduce;
+
+  void finish_reduce() {
+    if (!pending_reduce) return;
+    PendingReduce pr = std::move(*pending_reduce);
+    pending_reduce.reset();
+    pr.work->wait();
     if (replicate_group) {
-      replicate_group->all_reduce(recv, op, {tag, false});
+      replicate_group->all_reduce(pr.recv, reduce_op(), {tag, false});
       ++stats.all_reduces;
     }
-    if (opts.gradient_divide_factor) recv.div_(*opts.gradient_divide_factor);
+    if (opts.gradient_divide_factor) pr.recv.div_(*opts.gradient_divide_factor);
+    at::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
-      const auto& shard = params[i]->data;
-      out[i] = recv.narrow(0, offset[i], shard.numel())
-                   .view(shard.sizes())
-                   .to(shard.scalar_type())
-                   .clone();
+      at::Tensor& shard = params[i]->data;
+      at::Tensor g = pr.recv.narrow(0, offset[i], shard.numel())
+                         .view(shard.sizes())
+                         .to(shard.scalar_type())
+                         .clone();
+      at::Tensor& grad = shard.mutable_grad();
+      if (grad.defined())
+        grad.add_(g);
+      else
+        grad = g;
     }
-    return out;
+  }
+
+  // Groups with a reduce-scatter in flight, in issue order (one backward thread: CPU autograd
+  // runs on the caller's thread, so does the end-of-backward callback).
+  static std::vector<std::weak_ptr<FSDPGroup>>& in_flight() {
+    static std::vector<std::weak_ptr<FSDPGroup>> groups;
+    return groups;
+  }
+  static void finish_all_reductions() {
+    auto groups = std::move(in_flight());
+    in_flight().clear();
+    for (auto& w : groups)
+      if (auto g = w.lock()) g->finish_reduce();
   }
 };
 

@@ -1,8 +1,9 @@
 // The reported configurations end to end on 8 real ranks, against the single-rank baseline
 // (configs/single.yaml run in-process on a 1-rank world by every rank):
 //   * TP=2+FSDP, HSDP(2x2)+TP=2, FSDP=8: 20 steps with meta init; every step's loss within
-//     1e-5 relative of the baseline and the final full weights within 1e-5 (relative L2 per
-//     parameter). fp32; differences come only from summation order (measured ~1e-7).
+//     1e-5 relative of the baseline, so is every step's global gradient norm, and the final
+//     full weights are within 1e-5 (relative L2 per parameter). fp32; differences come only from
+//     summation order (measured ~1e-7).
 //   * TP=2+EP=2+FSDP (experts whole on ep, or split over tp too), EP=2+FSDP, HSDP+TP+EP with
 //     sequence parallel, TP=4+EP=2 without reshard: the same 20-step comparison.
 //   * micro_batches=4 equals one big batch; bf16 params (fp32 reduce) within 1e-2 of fp32.
@@ -33,7 +34,7 @@ double rel_t(const at::Tensor& a, const at::Tensor& b) {
 }
 
 struct TrainRun {
-  std::vector<double> losses;
+  std::vector<double> losses, grad_norms;
   std::map<std::string, at::Tensor> weights;  // gathered full weights
 };
 
@@ -45,7 +46,10 @@ TrainRun run(const std::string& config, const std::vector<std::string>& sets, bo
   auto pm = train::build_parallel_model(c, world);
   auto res = train::run_training(c, pm, *world, "", false);
   TrainRun r;
-  for (const auto& s : res.steps) r.losses.push_back(s.loss);
+  for (const auto& s : res.steps) {
+    r.losses.push_back(s.loss);
+    r.grad_norms.push_back(s.grad_norm);
+  }
   for (auto& [n, p] : pm.model->named_parameters())
     r.weights[n] = p->spec ? dtensor::DTensor(p->data.detach(), *p->spec).full_tensor()
                            : p->data.detach().clone();
@@ -64,6 +68,12 @@ void expect_matches(const TrainRun& got, const TrainRun& want, double tol,
   for (size_t s = 0; s < got.losses.size(); ++s)
     EXPECT_LE(rel(got.losses[s], want.losses[s]), tol)
         << what << " step " << s + 1 << ": " << got.losses[s] << " vs " << want.losses[s];
+  // The clipped global gradient norm (dense and expert parameters on different meshes)
+  // equals the single-rank norm.
+  for (size_t s = 0; s < got.grad_norms.size(); ++s)
+    EXPECT_LE(rel(got.grad_norms[s], want.grad_norms[s]), tol)
+        << what << " step " << s + 1 << " grad norm: " << got.grad_norms[s] << " vs "
+        << want.grad_norms[s];
   double worst = 0;
   for (const auto& [n, w] : want.weights) {
     const double d = rel_t(got.weights.at(n), w);

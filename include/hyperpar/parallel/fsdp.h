@@ -26,9 +26,11 @@
 //
 // Backward (one entry point per group, DESIGN.md invariant 2): the group's gradients
 // arrive together; each is copied, cast to reduce_dtype, into one flat contiguous padded
-// buffer, reduce-scattered (avg) over the shard dim, all-reduced (avg) over the replicate
-// dim (HSDP), and written as the sharded gradients. Every collective is tagged with the
-// group's FQNs. With set_requires_gradient_sync(false), gradients accumulate unsharded and
+// buffer and reduce-scattered (avg) over the shard dim asynchronously, so it overlaps the
+// next group's backward. It is finished when the next group reduces (one in flight) or
+// when backward ends (an autograd end-of-backward callback): all-reduced (avg) over the
+// replicate dim (HSDP) and written (accumulated) as the sharded .grad. Every collective is tagged
+// with the group's FQNs. With set_requires_gradient_sync(false), gradients accumulate unsharded and
 // unreduced; the next synced backward reduces the sum once.
 //
 // Under DeviceContext(meta) (or with meta parameters) nothing is communicated: specs are
