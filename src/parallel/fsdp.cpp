@@ -106,15 +106,12 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   at::Tensor gather_flat(bool from_kept = false) {
     if (pending) {
       pending->work->wait();
-      if (pending->versions == shard_versions() && pending->from_kept == from_kept) {
+      if (pending->versions == shard_versions() && pending->from_kept == from_kept)
         ++stats.prefetched;
-        at::Tensor flat = pending->recv;
-        pending.reset();
-        return flat;
-      }
-      pending.reset();  // stale: the shards were updated after it was issued
+      else
+        pending.reset();  // stale: a shard was updated after it was issued
     }
-    begin_gather(from_kept);
+    if (!pending) begin_gather(from_kept);
     pending->work->wait();
     at::Tensor flat = pending->recv;
     pending.reset();
