@@ -410,7 +410,10 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
   (void)any_meta;
   if (g->params.empty()) return FSDPHandle(g);
   g->dp_mesh = dp_mesh;
-  module.add_forward_pre_hook([g](nn::Module&, const at::Tensor& x) {
+  module.add_forward_pre_hook([g](nn::Module& m, const at::Tensor& x) {
+    // Before any communication: a parameter left on meta (no to_empty) is named here, at
+    // the call site, not found later by a collective (the root's check covers the model).
+    nn::check_materialized(m, "forward of " + m.type_name());
     std::vector<at::Tensor> shards;
     for (auto* p : g->params) shards.push_back(p->data);
     g->unsharded = UnshardFunction::apply(at::TensorList(shards), g);

@@ -4,6 +4,7 @@
 //   * regression (a) with EP: build_parallel_model (experts Shard(0) on ep, TP, fully_shard
 //     per experts group / block / root) runs entirely under meta and gives the expert weights
 //     combined (efsdp, ep[, tp]) specs with StridedShard;
+//   * a forward with parameters still on meta raises, naming exactly those parameters;
 //   * materialised on every simulated rank, the shards assemble the single-process init bit
 //     for bit (including ranks that hold no expert rows: torch.chunk sizes 1,1,0,0).
 #include <ATen/ATen.h>
@@ -115,5 +116,35 @@ TEST(ExpertMesh, SpecsUnderMetaAndInitIdentity) {
         dtensor::put_ranges(got[n], p->local_ranges(), p->data.detach());
     }
     for (auto& [n, w] : want) EXPECT_TRUE(got[n].equal(w)) << "expert_tp " << etp << ": " << n;
+  }
+}
+
+TEST(ExpertMesh, ForwardWithMetaParametersNamesThem) {
+  // Not materialised at all (EP + TP + FSDP specs set under meta): the forward refuses before
+  // any communication and lists the parameters.
+  auto pm = train::build_parallel_model(ep_config({}), comm::World::simulated(0, 8), false);
+  const at::Tensor tokens = at::zeros({1, 4}, at::kLong);
+  try {
+    (*pm.model)(tokens);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layers.1.moe.experts.w1"), std::string::npos) << m;
+    EXPECT_NE(m.find("tok_embeddings.weight"), std::string::npos) << m;
+  }
+  // One parameter left on meta after materialising the rest: only it is named.
+  train::Config single = ep_config({});
+  single.parallel = train::ParallelConfig{};
+  train::validate(single, 1);
+  auto one = train::build_parallel_model(single, comm::World::simulated(0, 1));
+  auto& w = one.model->layers[0]->attention->wo->param("weight");
+  w.data = at::empty(w.data.sizes(), at::TensorOptions().device(c10::kMeta)).requires_grad_(true);
+  try {
+    (*one.model)(tokens);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layers.0.attention.wo.weight"), std::string::npos) << m;
+    EXPECT_EQ(m.find("layers.0.attention.wq.weight"), std::string::npos) << m;
   }
 }
