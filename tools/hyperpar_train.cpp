@@ -1,27 +1,45 @@
 // hyperpar-train: trains the configured Transformer on the launcher's world.
 //
-//   hyperpar-run --worker_num 8 -- hyperpar-train --config configs/tp2_ep2_fsdp.yaml
+//   hyperpar-run --worker_num 8 build/tools/hyperpar-train --config configs/tp2_ep2_fsdp.yaml
 //   hyperpar-train --config configs/tp2_ep2_fsdp.yaml --dry-run --world-size 8 [--rank 5]
 //
-// Invalid configs are reported by every rank before any communication, with exit code 2.
+// Invalid configs (and command lines, metrics paths, layouts that do not fit in memory) are
+// reported by every rank before any communication, with exit code 2.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
 
+#include "hyperpar/comm/backend_choice.h"
 #include "hyperpar/comm/run_main.h"
+#include "hyperpar/comm/watchdog.h"
+#include "hyperpar/train/memory_estimate.h"
 #include "hyperpar/train/trainer.h"
 
 using namespace hyperpar;
 
 namespace {
 
-int64_t launcher_world_size() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"})
+int64_t env_int(std::initializer_list<const char*> names, int64_t fallback) {
+  for (const char* v : names)
     if (const char* s = std::getenv(v)) return std::atoll(s);
-  return 1;
+  return fallback;
+}
+
+int64_t launcher_world_size() {
+  return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"}, 1);
+}
+int64_t launcher_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"}, 0); }
+int64_t local_world_size() {
+  return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}, launcher_world_size());
 }
 
 std::string json_shape(const std::vector<int64_t>& s) {
@@ -32,48 +50,121 @@ std::string json_shape(const std::vector<int64_t>& s) {
   return os.str();
 }
 
-std::string json_ranks(const std::vector<int64_t>& r) { return json_shape(r); }
+std::string json_bytes(double b) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(0);
+  os << b;
+  return os.str();
+}
 
+// Prints nothing until every rank is built: an error leaves no half-written JSON.
 void dry_run(train::Config c, int64_t world_size, int64_t only_rank) {
-  std::cout << "{\"world_size\": " << world_size << ", \"mesh\": {\"names\": [\"dp_replicate\", "
-            << "\"dp_shard\", \"tp\"], \"shape\": "
-            << json_shape({c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp})
-            << "}, \"ranks\": [";
+  std::ostringstream out;
+  out << "{\"world_size\": " << world_size << ", \"mesh\": {\"names\": [\"dp_replicate\", "
+      << "\"dp_shard\", \"tp\"], \"shape\": "
+      << json_shape({c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp})
+      << "}, \"ranks\": [";
   bool first = true;
   for (int64_t r = 0; r < world_size; ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
     auto pm = train::build_parallel_model(c, comm::World::simulated(r, world_size), false);
-    int64_t param_bytes = 0;
-    std::cout << (first ? "" : ",") << "\n {\"rank\": " << r << ", \"dp_rank\": " << pm.dp_rank
-              << ", \"tp_group\": " << json_ranks(pm.tp_mesh->ranks())
-              << ", \"dp_group\": " << json_ranks(pm.dp_mesh->ranks());
+    out << (first ? "" : ",") << "\n {\"rank\": " << r << ", \"dp_rank\": " << pm.dp_rank
+        << ", \"tp_group\": " << json_shape(pm.tp_mesh->ranks())
+        << ", \"dp_group\": " << json_shape(pm.dp_mesh->ranks());
     if (pm.ep_mesh)
-      std::cout << ", \"ep_mesh\": \"" << pm.ep_mesh->to_string()
-                << "\", \"ep_group\": " << json_ranks(pm.ep_mesh->group_ranks(0))
-                << ", \"expert_dp_group\": " << json_ranks(pm.expert_dp_mesh->ranks());
-    std::cout << ", \"parameters\": [";
+      out << ", \"ep_mesh\": \"" << pm.ep_mesh->to_string()
+          << "\", \"ep_group\": " << json_shape(pm.ep_mesh->group_ranks(0))
+          << ", \"expert_dp_group\": " << json_shape(pm.expert_dp_mesh->ranks());
+    out << ", \"parameters\": [";
     bool pf = true;
     for (auto& [name, p] : pm.model->named_parameters()) {
-      param_bytes += p->data.numel() * 4;
-      std::cout << (pf ? "" : ",") << "\n  {\"name\": \"" << name
-                << "\", \"global_shape\": " << json_shape(p->shape)
-                << ", \"local_shape\": " << json_shape(p->data.sizes().vec())
-                << ", \"placements\": \"" << dtensor::to_string(p->spec->placements())
-                << "\", \"mesh\": \"" << p->spec->mesh().to_string() << "\"}";
+      out << (pf ? "" : ",") << "\n  {\"name\": \"" << name
+          << "\", \"global_shape\": " << json_shape(p->shape)
+          << ", \"local_shape\": " << json_shape(p->data.sizes().vec()) << ", \"placements\": \""
+          << dtensor::to_string(p->spec->placements()) << "\", \"mesh\": \""
+          << p->spec->mesh().to_string() << "\"}";
       pf = false;
     }
-    const int64_t state = c.train.optimizer == "adamw" ? 2 * param_bytes : param_bytes;
-    std::cout << "],\n  \"memory_bytes\": {\"parameters\": " << param_bytes
-              << ", \"gradients\": " << param_bytes << ", \"optimizer_state\": " << state
-              << ", \"total\": " << 2 * param_bytes + state << "}}";
+    const auto e = train::estimate_memory(c, r, world_size);
+    out << "],\n  \"memory_bytes\": {\"parameters\": " << json_bytes(e.parameters)
+        << ", \"gradients\": " << json_bytes(e.gradients)
+        << ", \"optimizer_state\": " << json_bytes(e.optimizer_state)
+        << ", \"total\": " << json_bytes(e.total()) << "}, \"memory\": \""
+        << train::format_bytes(e.total()) << "\"}";
     first = false;
   }
-  std::cout << "\n]}\n";
+  out << "\n]}\n";
+  std::cout << out.str();
+}
+
+// The backend this process runs on (comm/backend_choice.h): the launcher's decision (which
+// read the same config), plain mpirun's or torchrun's, and the config's comm.backend.
+std::string resolve_backend(const train::Config& cfg, const std::string& config_path) {
+  comm::BackendRequest req;
+  if (!cfg.comm.backend.empty()) {
+    req.config = cfg.comm.backend;
+    req.config_source = config_path;
+  }
+  const char* launcher = std::getenv("HYPERPAR_BACKEND");
+  const char* flag = std::getenv("HYPERPAR_BACKEND_FLAG");
+  if (launcher && *launcher) {
+    // hyperpar-run decided already; a config it could not read may still disagree.
+    req.started_by = std::string(launcher);
+    req.started_by_name =
+        flag && *flag ? "hyperpar-run --backend " + std::string(flag) : "hyperpar-run";
+  } else if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")) {
+    req.started_by = std::string("mpi");
+    req.started_by_name = "mpirun";
+  } else if (std::getenv("TORCHELASTIC_RUN_ID") ||
+             (std::getenv("RANK") && std::getenv("MASTER_ADDR") && std::getenv("MASTER_PORT"))) {
+    req.started_by = std::string("gloo");
+    req.started_by_name = "torchrun";
+  }
+  try {
+    return comm::choose_backend(req);
+  } catch (const comm::BackendConflict& e) {
+    throw train::ConfigError(std::string("backend: ") + e.what());
+  }
+}
+
+// The smallest world this layout trains on, for the "how to start it" hint.
+int64_t smallest_world(train::Config c) {
+  for (int64_t ws = 2; ws <= 4096; ++ws) {
+    train::Config t = c;
+    try {
+      train::validate(t, ws);
+      return ws;
+    } catch (const train::ConfigError&) {
+    }
+  }
+  return -1;
+}
+
+// An unwritable --metrics path is a usage error before training starts.
+void check_metrics_path(const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec)
+    throw train::ConfigError("--metrics " + path +
+                             ": cannot create its directory: " + ec.message());
+  if (std::filesystem::is_directory(p, ec))
+    throw train::ConfigError("--metrics " + path + " is a directory; give a file path");
+  // Root passes access(W_OK) almost everywhere: really open it (and remove what we made).
+  const bool existed = std::filesystem::exists(p, ec);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw train::ConfigError("--metrics " + path + " is not writable: " + std::strerror(errno));
+  close(fd);
+  if (!existed) unlink(path.c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  comm::prepare_process_output();
   CLI::App app{"hyperpar-train: N-D parallel Transformer training"};
   std::string config_path, metrics;
   std::vector<std::string> sets;
@@ -85,29 +176,60 @@ int main(int argc, char** argv) {
   app.add_flag("--dry-run", dry, "print meshes, placements, shapes and memory; launch nothing");
   app.add_option("--world-size", world_size, "dry run: world size");
   app.add_option("--rank", rank, "dry run: only this rank");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   train::Config cfg;
   const int64_t ws = dry ? (world_size > 0 ? world_size : 1) : launcher_world_size();
   try {
     cfg = train::load_config(config_path, sets);
-    train::validate(cfg, ws);
+    cfg.comm.backend = dry ? (cfg.comm.backend.empty() ? "mpi" : cfg.comm.backend)
+                           : resolve_backend(cfg, config_path);
+    try {
+      train::validate(cfg, ws);
+    } catch (const train::ConfigError& e) {
+      const int64_t need = ws == 1 && !dry ? smallest_world(cfg) : -1;
+      if (need < 0) throw;
+      throw train::ConfigError(std::string(e.what()) +
+                               "\nhyperpar-train was started as one "
+                               "process, but this layout needs " +
+                               std::to_string(need) +
+                               " or more ranks; start it with: hyperpar-run --worker_num " +
+                               std::to_string(need) + " " + argv[0] + " --config " + config_path);
+    }
     if (dry && (rank < -1 || rank >= ws))
       throw train::ConfigError("--rank " + std::to_string(rank) + " is outside the world [0, " +
                                std::to_string(ws) + ")");
-  } catch (const train::ConfigError& e) {
+    if (dry) {
+      dry_run(cfg, ws, rank);
+      return 0;
+    }
+    {
+      check_metrics_path(metrics);
+      // From the dry-run estimator, before anything is allocated or communicated.
+      train::check_memory_fits(train::estimate_memory(cfg, launcher_rank(), ws), launcher_rank(),
+                               local_world_size());
+    }
+  } catch (const UsageError& e) {
     std::cerr << "hyperpar-train: " << e.what() << "\n";
-    std::cerr.flush();
+    comm::record_error("config", e.what());
     // Every rank finds the same error before any communication. A launcher stops the job at
     // the first non-zero exit, so give slower peers a moment to report theirs as well.
     if (!dry && ws > 1) std::this_thread::sleep_for(std::chrono::seconds(5));
     return 2;
-  }
-  if (dry) {
-    dry_run(cfg, ws, rank);
-    return 0;
+  } catch (const c10::Error& e) {
+    // Sizes no tensor can have (more than 2^63 bytes), found while building on meta.
+    const std::string m = e.what_without_backtrace();
+    std::cerr << "hyperpar-train: config " << config_path
+              << ": the model cannot be built: " << m.substr(0, m.find('\n')) << "\n";
+    return 2;
   }
   if (!std::getenv("HYPERPAR_BACKEND") && ws > 1)
-    setenv("HYPERPAR_BACKEND", cfg.backend.c_str(), 0);
+    setenv("HYPERPAR_BACKEND", cfg.comm.backend.c_str(), 0);
+  comm::set_collective_timeout(cfg.comm.init_timeout_s, "comm.init_timeout_s");
   return comm::run_main([&] {
     auto world = comm::World::from_env();
     HP_CHECK(world->size() == ws, "world size ", world->size(), " does not match ", ws);
@@ -117,8 +239,8 @@ int main(int argc, char** argv) {
                 << to_string(world->backend()) << "), mesh (dp_replicate, dp_shard, tp) = ("
                 << cfg.parallel.dp_replicate << ", " << cfg.parallel.dp_shard << ", "
                 << cfg.parallel.tp << "), " << cfg.model.num_parameters()
-                << " parameters, peak RSS " << train::peak_rss_mb()
-                << " MiB after materialisation\n";
+                << " parameters, peak RSS " << train::peak_rss_mb() << " MiB after materialisation"
+                << std::endl;
     train::run_training(cfg, pm, *world, metrics);
     return 0;
   });

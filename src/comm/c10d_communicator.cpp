@@ -1,5 +1,6 @@
 #include "hyperpar/comm/c10d_communicator.h"
 
+#include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
 
 #ifdef HYPERPAR_HAVE_GLOO
@@ -22,10 +23,16 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
-std::chrono::milliseconds collective_timeout() {
-  // Long enough for slow first steps on an oversubscribed machine; a peer that died is
-  // normally detected at once (closed connection), so this only bounds true deadlocks.
-  return std::chrono::seconds(std::stoll(env_or("HYPERPAR_COLLECTIVE_TIMEOUT_S", "600")));
+// Rendezvous (the store, a new group's connections) waits at most the collective timeout in
+// force when it starts: comm.init_timeout_s during start-up (watchdog.h).
+std::chrono::milliseconds rendezvous_timeout() {
+  return std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_s() * 1000));
+}
+
+// gloo's own collective timeout: longer than the watchdog's, so that the watchdog, which
+// names the op, group and tag, fires first.
+std::chrono::milliseconds gloo_collective_timeout() {
+  return rendezvous_timeout() + std::chrono::seconds(60);
 }
 
 // The store every group's rendezvous goes through, created on first use.
@@ -41,14 +48,15 @@ c10::intrusive_ptr<c10d::Store> process_store() {
     opts.isServer = !agent_store && rank == 0;
     opts.numWorkers = agent_store ? std::nullopt : std::optional<std::size_t>(size);
     opts.waitWorkers = false;
-    opts.timeout = collective_timeout();
+    opts.timeout = rendezvous_timeout();
     c10::intrusive_ptr<c10d::Store> tcp;
     try {
       tcp = c10::make_intrusive<c10d::TCPStore>(addr, opts);
     } catch (const std::exception& e) {
       throw Error(detail::concat("gloo backend: cannot ", opts.isServer ? "serve" : "reach",
-                                 " the rendezvous store at ", addr, ":", port, " (rank ", rank,
-                                 " of ", size, "): ", e.what()));
+                                 " the rendezvous store (master) at ", addr, ":", port, " (rank ",
+                                 rank, " of ", size, "); gave up after ", collective_timeout_s(),
+                                 " s (comm.init_timeout_s): ", e.what()));
     }
     // torchrun's agent store is shared by restarts: keep each attempt's keys apart.
     const std::string prefix =
@@ -103,9 +111,12 @@ class C10dWork final : public FinishingWork {
  private:
   void backend_wait() override {
     try {
-      work_->wait(collective_timeout());
+      work_->wait();
     } catch (const std::exception& e) {
-      throw Error(std::string("gloo collective failed (a peer may have exited): ") + e.what());
+      // After a successful rendezvous, a failing gloo collective means a peer went away.
+      throw PeerError(std::string("gloo collective failed (a peer exited or closed its "
+                                  "connection): ") +
+                      e.what());
     }
   }
   bool backend_test() override {
@@ -123,7 +134,7 @@ class GlooCommunicator final : public Communicator {
     std::ostringstream key;
     key << "group";
     for (int64_t r : ranks) key << "_" << r;
-    auto opts = c10d::ProcessGroupGloo::Options::create(collective_timeout());
+    auto opts = c10d::ProcessGroupGloo::Options::create(gloo_collective_timeout());
     opts->devices.push_back(gloo_device());
     try {
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
@@ -191,6 +202,8 @@ class GlooCommunicator final : public Communicator {
 
 bool gloo_available() { return true; }
 
+void connect_gloo_store() { process_store(); }
+
 std::shared_ptr<Communicator> make_gloo_communicator(const std::vector<int64_t>& ranks,
                                                      int64_t global_rank,
                                                      const std::string& label) {
@@ -203,6 +216,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const std::vector<int64_t>&
 
 namespace hyperpar::comm {
 bool gloo_available() { return false; }
+void connect_gloo_store() {}
 std::shared_ptr<Communicator> make_gloo_communicator(const std::vector<int64_t>&, int64_t,
                                                      const std::string& label) {
   throw Error(

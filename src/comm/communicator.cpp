@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
 
 namespace hyperpar::comm {
@@ -36,9 +37,57 @@ CallSite Communicator::site(const char* op, const CollectiveOptions& opts) const
   return CallSite{op, label_ + " (" + backend_name() + ")", opts.tag};
 }
 
-WorkHandle Communicator::finish(WorkHandle work, const CollectiveOptions& opts) {
-  if (!opts.async_op) work->wait();
-  return work;
+namespace {
+
+// Keeps a collective registered with the watchdog until its Work completes.
+class WatchedWork final : public Work {
+ public:
+  WatchedWork(WorkHandle inner, uint64_t id) : inner_(std::move(inner)), id_(id) {}
+  ~WatchedWork() override {
+    inner_.reset();  // a backend handle dropped without wait() waits here
+    end();
+  }
+  void wait() override {
+    inner_->wait();
+    end();
+  }
+  bool is_completed() override {
+    const bool done = inner_->is_completed();
+    if (done) end();
+    return done;
+  }
+
+ private:
+  void end() {
+    if (id_) watch_end(id_);
+    id_ = 0;
+  }
+  WorkHandle inner_;
+  uint64_t id_;
+};
+
+}  // namespace
+
+uint64_t Communicator::watch(const CallSite& s) const {
+  std::string what = s.op + " on " + s.group;
+  if (s.group.find("ranks [") == std::string::npos) {
+    what += " ranks [";
+    for (size_t i = 0; i < ranks_.size(); ++i) what += (i ? ", " : "") + std::to_string(ranks_[i]);
+    what += "]";
+  }
+  if (!s.tag.empty()) what += ", tag '" + s.tag + "'";
+  return watch_begin(std::move(what));
+}
+
+WorkHandle Communicator::finish(WorkHandle work, WatchScope& watched,
+                                const CollectiveOptions& opts) {
+  if (!opts.async_op) {
+    // Blocking backends have completed by now; non-blocking ones complete in wait(). The
+    // scope ends the registration, also when wait() throws.
+    work->wait();
+    return work;
+  }
+  return std::make_shared<WatchedWork>(std::move(work), watched.release());
 }
 
 void Communicator::check_reduce_dtype(const CallSite& s, const at::Tensor& t, ReduceOp op) const {
@@ -52,7 +101,8 @@ WorkHandle Communicator::all_gather_into_tensor(at::Tensor out, const at::Tensor
   check_buffer(s, "input", in, std::nullopt, device_type());
   check_buffer(s, "output", out, in.scalar_type(), device_type());
   check_numel_ratio(s, "output", out, "input", in, size());
-  return finish(do_all_gather(out, in, opts.async_op), opts);
+  WatchScope watched(watch(s));
+  return finish(do_all_gather(out, in, opts.async_op), watched, opts);
 }
 
 WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor& in, ReduceOp op,
@@ -62,14 +112,16 @@ WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor&
   check_buffer(s, "output", out, in.scalar_type(), device_type());
   check_numel_ratio(s, "input", in, "output", out, size());
   check_reduce_dtype(s, in, op);
-  return finish(do_reduce_scatter(out, in, op, opts.async_op), opts);
+  WatchScope watched(watch(s));
+  return finish(do_reduce_scatter(out, in, op, opts.async_op), watched, opts);
 }
 
 WorkHandle Communicator::all_reduce(at::Tensor t, ReduceOp op, const CollectiveOptions& opts) {
   const CallSite s = site("all_reduce", opts);
   check_buffer(s, "tensor", t, std::nullopt, device_type());
   check_reduce_dtype(s, t, op);
-  return finish(do_all_reduce(t, op, opts.async_op), opts);
+  WatchScope watched(watch(s));
+  return finish(do_all_reduce(t, op, opts.async_op), watched, opts);
 }
 
 namespace {
@@ -113,7 +165,8 @@ WorkHandle Communicator::all_to_all_single(at::Tensor out, const at::Tensor& in,
                          ", output " + describe_tensor(out));
   auto in_rows = rows_per_rank(s, "input", in, std::move(in_splits), size());
   auto out_rows = rows_per_rank(s, "output", out, std::move(out_splits), size());
-  return finish(do_all_to_all(out, in, out_rows, in_rows, opts.async_op), opts);
+  WatchScope watched(watch(s));
+  return finish(do_all_to_all(out, in, out_rows, in_rows, opts.async_op), watched, opts);
 }
 
 WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveOptions& opts) {
@@ -122,11 +175,14 @@ WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveO
   if (root < 0 || root >= size())
     fail_contract(s, "root " + std::to_string(root) + " is not a group rank in [0, " +
                          std::to_string(size()) + ")");
-  return finish(do_broadcast(t, root, opts.async_op), opts);
+  WatchScope watched(watch(s));
+  return finish(do_broadcast(t, root, opts.async_op), watched, opts);
 }
 
 WorkHandle Communicator::barrier(const CollectiveOptions& opts) {
-  return finish(do_barrier(opts.async_op), opts);
+  const CallSite s = site("barrier", opts);
+  WatchScope watched(watch(s));
+  return finish(do_barrier(opts.async_op), watched, opts);
 }
 
 }  // namespace hyperpar::comm

@@ -6,6 +6,7 @@
 #include "hyperpar/comm/c10d_communicator.h"
 #include "hyperpar/comm/local_communicator.h"
 #include "hyperpar/comm/mpi_communicator.h"
+#include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
 
 namespace hyperpar::comm {
@@ -91,6 +92,10 @@ std::shared_ptr<Communicator> World::group(const std::vector<int64_t>& ranks,
   }
   HP_CHECK(!ranks.empty(), "cannot create a communicator for an empty rank set (", label, ")");
   std::shared_ptr<Communicator> comm;
+  // The rendezvous store has its own bounded wait, whose error names the master's address.
+  if (backend_ == Backend::kGloo && ranks.size() > 1) connect_gloo_store();
+  // Creating a group is collective over its members: a member that never arrives is caught.
+  WatchScope watched("creating the communicator of " + label + " (" + to_string(backend_) + ")");
   if (ranks.size() == 1) {
     HP_CHECK(ranks[0] == rank_, "rank ", rank_, " asked for the group of rank ", ranks[0]);
     comm = std::make_shared<LocalCommunicator>(rank_, label);

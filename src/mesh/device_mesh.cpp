@@ -35,8 +35,10 @@ int64_t dim_size(const DeviceMesh::Dim& d) {
   return n;
 }
 
+// A mode's digits are the range [stride, stride * size) of the root's flat index, whatever
+// root dim it came from (a merged mode may span several): two modes overlap when their
+// ranges do.
 bool overlap(const MeshMode& a, const MeshMode& b) {
-  if (a.root_dim != b.root_dim) return false;
   if (a.size == 1 || b.size == 1) return a == b;
   return a.stride < b.stride * b.size && b.stride < a.stride * a.size;
 }
@@ -45,25 +47,36 @@ bool overlap(const MeshMode& a, const MeshMode& b) {
 bool covered(const MeshMode& m, const std::vector<MeshMode>& modes) {
   for (const auto& M : modes) {
     if (M == m) return true;
-    if (M.root_dim == m.root_dim && M.stride <= m.stride && m.stride % M.stride == 0 &&
-        m.stride * m.size <= M.stride * M.size)
+    if (M.stride <= m.stride && m.stride % M.stride == 0 && m.stride * m.size <= M.stride * M.size)
       return true;
   }
   return false;
 }
 
-// Modes are in root order when (root_dim, -stride) strictly increases.
+// Modes are in root order when their strides strictly decrease (outermost digits first).
 // Size-1 modes hold no digit and are ignored.
 bool in_root_order(const std::vector<MeshMode>& all) {
   std::vector<MeshMode> modes;
   for (const auto& m : all)
     if (m.size > 1) modes.push_back(m);
-  for (size_t i = 1; i < modes.size(); ++i) {
-    const auto& a = modes[i - 1];
-    const auto& b = modes[i];
-    if (a.root_dim > b.root_dim || (a.root_dim == b.root_dim && a.stride <= b.stride)) return false;
-  }
+  for (size_t i = 1; i < modes.size(); ++i)
+    if (modes[i - 1].stride <= modes[i].stride) return false;
   return true;
+}
+
+// Adjacent modes that are contiguous on the root (outer.stride == inner.stride * inner.size)
+// form one digit range: merged, a flattened (4, 3) dim is one mode of size 12, which any
+// row-major factorisation (3, 4), (2, 6), ... can split.
+std::vector<MeshMode> merge_contiguous(const std::vector<MeshMode>& modes) {
+  std::vector<MeshMode> out;
+  for (const auto& m : modes) {
+    if (m.size == 1) continue;
+    if (!out.empty() && out.back().stride == m.stride * m.size)
+      out.back() = MeshMode{out.back().size * m.size, m.stride, m.root_dim};
+    else
+      out.push_back(m);
+  }
+  return out;
 }
 
 std::vector<MeshMode> all_modes(const std::vector<DeviceMesh::Dim>& dims) {
@@ -229,6 +242,24 @@ int64_t DeviceMesh::get_local_rank(int64_t dim) const {
   return coord_of_flat(root_->caller_flat)[dim];
 }
 
+namespace {
+bool has_dim(const std::vector<DeviceMesh::Dim>& dims, const std::string& name) {
+  for (const auto& d : dims)
+    if (d.name == name) return true;
+  return false;
+}
+}  // namespace
+
+int64_t DeviceMesh::get_local_rank(const std::string& name) const {
+  if (has_dim(dims_, name)) return get_local_rank(dim_index(name));
+  return slice({name}).get_local_rank(0);
+}
+
+std::shared_ptr<comm::Communicator> DeviceMesh::get_group(const std::string& name) const {
+  if (has_dim(dims_, name)) return get_group(dim_index(name));
+  return slice({name}).get_group(0);
+}
+
 std::vector<int64_t> DeviceMesh::group_ranks(int64_t dim) const {
   size(dim);
   require_member("group_ranks");
@@ -266,7 +297,9 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& names) const {
   HP_CHECK(!names.empty(), "slicing a mesh needs at least one dim name");
   require_member("slicing");
   std::vector<Dim> picked;
-  const auto mine = all_modes(dims_);
+  // Merged, so that a piece spanning two of this mesh's dims (a factor of a flattened dim)
+  // counts as part of it.
+  const auto mine = merge_contiguous(all_modes(dims_));
   for (const auto& name : names) {
     std::optional<Dim> d;
     for (const auto& own : dims_)
@@ -332,7 +365,14 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, const std::vector<int64_t>& sizes,
   HP_CHECK(prod == size(dim), "unflatten sizes ", join(sizes), " multiply to ", prod, " but dim '",
            dims_[dim].name, "' has size ", size(dim));
   // Split the dim's modes row-major, consuming digits from the innermost mode outwards.
-  std::vector<MeshMode> rest = dims_[dim].modes;
+  std::vector<MeshMode> rest = merge_contiguous(dims_[dim].modes);
+  // The root dim holding a digit at `stride` (informational: pieces of merged modes).
+  auto root_dim_at = [this](int64_t stride) {
+    for (size_t d = 0; d < root_->dims.size(); ++d)
+      for (const auto& m : root_->dims[d].modes)
+        if (m.stride <= stride && stride < m.stride * m.size) return static_cast<int64_t>(d);
+    return static_cast<int64_t>(root_->dims.size()) - 1;
+  };
   std::vector<Dim> split(sizes.size());
   for (int64_t k = static_cast<int64_t>(sizes.size()) - 1; k >= 0; --k) {
     int64_t need = sizes[k];
@@ -345,12 +385,12 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, const std::vector<int64_t>& sizes,
         continue;
       }
       if (need % m.size == 0) {
-        taken.insert(taken.begin(), m);
+        taken.insert(taken.begin(), MeshMode{m.size, m.stride, root_dim_at(m.stride)});
         rest.pop_back();
         need /= m.size;
       } else if (m.size % need == 0) {
-        taken.insert(taken.begin(), MeshMode{need, m.stride, m.root_dim});
-        rest.back() = MeshMode{m.size / need, m.stride * need, m.root_dim};
+        taken.insert(taken.begin(), MeshMode{need, m.stride, root_dim_at(m.stride)});
+        rest.back() = MeshMode{m.size / need, m.stride * need, root_dim_at(m.stride * need)};
         need = 1;
       } else {
         throw Error(detail::concat("cannot unflatten dim '", dims_[dim].name, "' into ",

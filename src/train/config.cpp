@@ -2,9 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 
 namespace hyperpar::train {
 namespace {
@@ -91,8 +93,10 @@ std::map<std::string, Setter> setters() {
     c.train.optimizer = as<std::string>(n, "train.optimizer");
   };
   m["comm.backend"] = [](Config& c, const YAML::Node& n) {
-    c.backend = as<std::string>(n, "comm.backend");
+    c.comm.backend = as<std::string>(n, "comm.backend");
   };
+  HP_DBL(comm, init_timeout_s, "comm.init_timeout_s");
+  HP_DBL(comm, train_timeout_s, "comm.train_timeout_s");
 #undef HP_INT
 #undef HP_DBL
 #undef HP_BOOL
@@ -100,9 +104,14 @@ std::map<std::string, Setter> setters() {
 }
 
 void apply_node(Config& c, const YAML::Node& node, const std::string& prefix,
-                const std::map<std::string, Setter>& s) {
+                const std::map<std::string, Setter>& s, const std::string& path) {
+  std::set<std::string> seen;
   for (const auto& kv : node) {
     const std::string key = prefix + kv.first.as<std::string>();
+    // yaml-cpp keeps both entries of a repeated key; YAML 1.2 says keys are unique.
+    if (!seen.insert(key).second)
+      throw ConfigError("config " + path + ": duplicate key '" + key + "' (line " +
+                        std::to_string(kv.first.Mark().line + 1) + ")");
     auto it = s.find(key);
     if (it != s.end()) {
       it->second(c, kv.second);
@@ -112,7 +121,7 @@ void apply_node(Config& c, const YAML::Node& node, const std::string& prefix,
       bool known_prefix = false;
       for (const auto& [k, f] : s) known_prefix |= k.rfind(key + ".", 0) == 0;
       if (known_prefix) {
-        apply_node(c, kv.second, key + ".", s);
+        apply_node(c, kv.second, key + ".", s, path);
         continue;
       }
     }
@@ -130,8 +139,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   } catch (const std::exception& e) {
     throw ConfigError("config: cannot read " + path + ": " + e.what());
   }
+  if (root.IsNull())
+    throw ConfigError("config " + path +
+                      " is empty; expected a mapping with sections model, "
+                      "parallel, train, comm (see configs/)");
+  if (!root.IsMap())
+    throw ConfigError("config " + path +
+                      ": the top level must be a mapping (model: ..., "
+                      "parallel: ..., train: ...), got a " +
+                      (root.IsSequence() ? std::string("sequence") : std::string("scalar")));
   const auto s = setters();
-  if (root.IsMap()) apply_node(c, root, "", s);
+  apply_node(c, root, "", s, path);
   for (const auto& o : overrides) {
     const auto eq = o.find('=');
     if (eq == std::string::npos) throw ConfigError("--set '" + o + "': expected key=value");
@@ -140,6 +158,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     if (it == s.end()) throw ConfigError("--set: unknown key '" + key + "'");
     it->second(c, YAML::Load(o.substr(eq + 1)));
   }
+  // n_experts 0 is a dense model, whatever moe.layers lists.
+  if (c.model.n_experts == 0) c.model.moe_layers.clear();
   return c;
 }
 
@@ -200,11 +220,30 @@ void validate(Config& c, int64_t world) {
          std::to_string(p.tp));
   if (p.sequence_parallel && t.seq_len % p.tp)
     fail("seq_len must be divisible by tp for sequence_parallel");
-  if (t.steps < 0 || t.seq_len < 1 || t.lr <= 0)
-    fail("steps >= 0, seq_len >= 1 and lr > 0 required");
+  auto number = [](double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  if (t.steps < 1) fail("train.steps must be >= 1, got " + std::to_string(t.steps));
+  if (t.seq_len < 1) fail("train.seq_len must be >= 1, got " + std::to_string(t.seq_len));
+  if (!std::isfinite(t.lr) || t.lr <= 0)
+    fail("train.lr must be a finite number > 0, got " + number(t.lr));
+  if (t.warmup_steps < 0)
+    fail("train.warmup_steps must be >= 0, got " + std::to_string(t.warmup_steps));
+  if (!std::isfinite(t.grad_clip) || t.grad_clip < 0)
+    fail("train.grad_clip must be >= 0 (0: no clipping), got " + number(t.grad_clip));
+  if (!std::isfinite(t.weight_decay) || t.weight_decay < 0)
+    fail("train.weight_decay must be a finite number >= 0, got " + number(t.weight_decay));
+  for (auto [key, v] :
+       {std::pair<const char*, double>{"comm.init_timeout_s", c.comm.init_timeout_s},
+        {"comm.train_timeout_s", c.comm.train_timeout_s}})
+    if (!std::isfinite(v) || v <= 0)
+      fail(std::string(key) + " must be a number of seconds > 0, got " + number(v));
   if (t.optimizer != "adamw" && t.optimizer != "sgd") fail("optimizer must be adamw or sgd");
-  if (c.backend != "mpi" && c.backend != "gloo") fail("comm.backend must be mpi or gloo");
-  if (c.backend == "mpi" && p.reduce_dtype != c10::kFloat)
+  if (!c.comm.backend.empty() && c.comm.backend != "mpi" && c.comm.backend != "gloo")
+    fail("comm.backend must be mpi or gloo, got '" + c.comm.backend + "'");
+  if (c.comm.backend != "gloo" && p.reduce_dtype != c10::kFloat)
     fail("the MPI backend reduces float32 only: set parallel.reduce_dtype=float32");
 }
 

@@ -3,13 +3,16 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
 
+#include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/process_memory.h"
 #include "hyperpar/optim/optimizer.h"
 #include "hyperpar/train/data.h"
+#include "hyperpar/train/progress.h"
 
 namespace hyperpar::train {
 
@@ -27,7 +30,11 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   else
     opt = std::make_unique<optim::AdamW>(params, t.lr, t.weight_decay);
   std::ofstream metrics;
-  if (!metrics_path.empty() && world.rank() == 0) metrics.open(metrics_path, std::ios::trunc);
+  if (!metrics_path.empty() && world.rank() == 0) {
+    metrics.open(metrics_path, std::ios::trunc);
+    HP_CHECK(metrics.is_open(), "--metrics ", metrics_path, ": cannot open for writing");
+  }
+  ProgressPrinter progress(t.steps, ProgressPrinter::console_is_terminal());
   std::vector<int64_t> all(world.size());
   std::iota(all.begin(), all.end(), 0);
   auto world_group = world.group(all, "world");
@@ -55,6 +62,15 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     at::Tensor l = at::full({1}, loss_sum, at::TensorOptions().dtype(at::kDouble));
     world_group->all_reduce(l, comm::ReduceOp::kAvg, {"loss"});
     const double grad_norm = optim::clip_grad_norm(params, t.grad_clip, world);
+    // Every rank sees the same (all-reduced) values, so every rank stops here, before the
+    // update would write non-finite values into the weights.
+    if (!std::isfinite(l.item<double>()) || !std::isfinite(grad_norm)) {
+      if (print && world.rank() == 0) progress.finish();
+      throw Error(detail::concat(
+          "training diverged at step ", step, ": loss ", l.item<double>(), ", grad_norm ",
+          grad_norm, " (not finite); the weights are left as they were after step ", step - 1,
+          ". Lower train.lr (", t.lr, "), raise train.warmup_steps or set train.grad_clip"));
+    }
     opt->step();
     opt->zero_grad();
     const double secs =
@@ -67,11 +83,11 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
                   secs,
                   peak_rss_mb()};
     result.steps.push_back(m);
+    // Start-up (rendezvous, materialisation, the first step) is over: from now on every
+    // collective must complete within comm.train_timeout_s.
+    if (step == 1) comm::set_collective_timeout(c.comm.train_timeout_s, "comm.train_timeout_s");
     if (world.rank() == 0) {
-      if (print)
-        std::printf("step %4lld  loss %.6f  grad_norm %.4f  lr %.2e  tokens/s %.0f  time %.3fs\n",
-                    static_cast<long long>(step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
-                    m.step_time_s);
+      if (print) progress.step(m);
       if (metrics.is_open()) {
         char buf[512];
         std::snprintf(buf, sizeof(buf),
@@ -81,9 +97,12 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
                       m.step_time_s, m.peak_rss_mb);
         metrics << buf;
         metrics.flush();
+        HP_CHECK(metrics.good(), "--metrics ", metrics_path, ": writing step ", step,
+                 " failed (disk full or file removed?)");
       }
     }
   }
+  if (print && world.rank() == 0) progress.finish();
   return result;
 }
 

@@ -206,3 +206,61 @@ TEST(DeviceMesh, MetaContextRegression) {
     }
   }
 }
+
+// PyTorch's unflatten is row-major over the flattened dim, so any factorisation works:
+// (4, 3) flattened, then (3, 4), (2, 6), (6, 2), (12,); and non-power-of-two 30 = 2x3x5.
+TEST(DeviceMesh, UnflattenFlattenedIntoAnotherFactorisation) {
+  for (int64_t r = 0; r < 12; ++r) {
+    auto m = mesh_of(r, {4, 3}, {"a", "b"});
+    auto flat = m.flatten("ab");
+    for (V sizes : {V{3, 4}, V{2, 6}, V{6, 2}, V{12}, V{2, 2, 3}}) {
+      std::vector<std::string> names;
+      for (size_t i = 0; i < sizes.size(); ++i)
+        names.push_back("f" + std::to_string(sizes.size()) + "_" + std::to_string(i) + "_" +
+                        std::to_string(sizes[0]));
+      auto u = flat.unflatten(0, sizes, names);
+      ASSERT_EQ(u.shape(), sizes);
+      EXPECT_EQ(u.ranks(), flat.ranks());
+      // Row-major: the coordinate of flat index r in `sizes`.
+      V coord(sizes.size());
+      int64_t rest = r;
+      for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+        coord[d] = rest % sizes[d];
+        rest /= sizes[d];
+      }
+      EXPECT_EQ(*u.get_coordinate(), coord) << "rank " << r;
+      // The innermost dim's group: consecutive ranks.
+      const int64_t inner = sizes.back();
+      V expect;
+      for (int64_t i = 0; i < inner; ++i) expect.push_back(r - r % inner + i);
+      EXPECT_EQ(u.group_ranks(u.ndim() - 1), expect) << "rank " << r;
+      // Its names resolve on the root too.
+      EXPECT_EQ(m.slice({names.back()}).ranks(), expect);
+    }
+  }
+  // Part of a mesh: (2, 3, 5), dims b and c flattened to 15, then unflattened as (5, 3).
+  for (int64_t r = 0; r < 30; ++r) {
+    auto m = mesh_of(r, {2, 3, 5}, {"a", "b", "c"});
+    auto u = m.slice({"b", "c"}).flatten("bc").unflatten(0, {5, 3}, {"x", "y"});
+    const int64_t base = r - r % 15, in = r % 15;
+    EXPECT_EQ(u["y"].ranks(),
+              (V{base + in - in % 3, base + in - in % 3 + 1, base + in - in % 3 + 2}));
+    V x;
+    for (int64_t i = 0; i < 5; ++i) x.push_back(base + in % 3 + 3 * i);
+    EXPECT_EQ(m["x"].ranks(), x) << "rank " << r;
+    // x and a are disjoint dims of the root: they slice together, in root order.
+    EXPECT_EQ(m.slice({"a", "x"}).shape(), (V{2, 5}));
+    EXPECT_THROW(m.slice({"x", "b"}), Error) << "x overlaps b";
+  }
+}
+
+TEST(DeviceMesh, LocalRankOfFlattenedNameOnRoot) {
+  auto m = mesh_of(5, {2, 4}, {"dp", "tp"});
+  m.flatten("dp_tp");
+  EXPECT_EQ(m.get_local_rank("dp_tp"), 5);
+  m["tp"].unflatten(0, {2, 2}, {"tp_out", "tp_in"});
+  EXPECT_EQ(m.get_local_rank("tp_in"), 1);
+  EXPECT_EQ(m.get_local_rank("tp_out"), 0);
+  EXPECT_EQ(m.get_local_rank("tp"), 1);
+  EXPECT_THROW(m.get_local_rank("nope"), Error);
+}

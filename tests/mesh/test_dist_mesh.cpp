@@ -54,3 +54,18 @@ TEST(DistMesh, GroupsPerDimAndMetaRegression) {
     EXPECT_EQ(m["tp"].ranks(), (std::vector<int64_t>{4, 5, 6, 7}));
   }
 }
+
+// PyTorch: root.get_group("dp_tp") works once "dp_tp" is flattened on the root.
+TEST(DistMesh, GroupOfFlattenedNameOnRoot) {
+  auto world = comm::World::from_env();
+  auto root = mesh::DeviceMesh::init(world, {2, 4}, {"dp", "tp"});
+  root.flatten("dp_tp");
+  auto g = root.get_group("dp_tp");
+  EXPECT_EQ(g->ranks(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(members(g), g->ranks());
+  root["tp"].unflatten(0, {2, 2}, {"tp_out", "tp_in"});
+  auto in = root.get_group("tp_in");
+  const int64_t r = world->rank();
+  EXPECT_EQ(in->ranks(), (std::vector<int64_t>{r - r % 2, r - r % 2 + 1}));
+  EXPECT_EQ(members(in), in->ranks());
+}

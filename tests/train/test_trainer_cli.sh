@@ -69,6 +69,76 @@ for r in rows:
     assert set(r) == {"step", "loss", "grad_norm", "lr", "tokens_per_s", "step_time_s", "peak_rss_mb"}, r
 print("metrics ok")
 PY
+# 5. Honest validation: each exits 2 naming the file, key or value.
+printf '' >"$tmp/empty.yaml"
+printf -- '- a\n- b\n' >"$tmp/seq.yaml"
+printf 'train: {steps: 3}\ntrain: {lr: 0.1}\n' >"$tmp/dup.yaml"
+printf 'train: {steps: 3, steps: 4}\n' >"$tmp/dup2.yaml"
+while IFS='|' read -r args want; do
+  # shellcheck disable=SC2086
+  "$train" $args >"$tmp/ov" 2>&1; rc=$?
+  [ $rc = 2 ] && grep -qF -- "$want" "$tmp/ov" || { echo "FAIL: '$args' (rc $rc): want '$want'"; cat "$tmp/ov"; fail=1; }
+done <<CASES
+--config $tmp/empty.yaml|config $tmp/empty.yaml is empty
+--config $tmp/seq.yaml|config $tmp/seq.yaml: the top level must be a mapping
+--config $tmp/dup.yaml|duplicate key 'train' (line 2)
+--config $tmp/dup2.yaml|duplicate key 'train.steps'
+--config $src/configs/single.yaml --set train.lr=-1|train.lr must be a finite number > 0, got -1
+--config $src/configs/single.yaml --set train.lr=.nan|train.lr must be a finite number > 0, got nan
+--config $src/configs/single.yaml --set train.lr=.inf|train.lr must be a finite number > 0, got inf
+--config $src/configs/single.yaml --set train.warmup_steps=-1|train.warmup_steps must be >= 0, got -1
+--config $src/configs/single.yaml --set train.grad_clip=-1|train.grad_clip must be >= 0 (0: no clipping), got -1
+--config $src/configs/single.yaml --set train.steps=0|train.steps must be >= 1, got 0
+--config $src/configs/single.yaml --set comm.train_timeout_s=0|comm.train_timeout_s must be a number of seconds > 0, got 0
+--config $src/configs/single.yaml --set comm.backend=nccl|comm.backend must be mpi or gloo, got 'nccl'
+--config $src/configs/tp2_fsdp.yaml|start it with: hyperpar-run --worker_num 2
+--config $src/configs/single.yaml --set model.dim=16384 --set model.ffn_hidden=65536 --set model.n_layers=8|rank 0 needs 672.0 GiB for its shards (parameters 168.0 GiB, gradients 168.0 GiB, optimizer state 336.0 GiB),
+--config $src/configs/single.yaml --metrics /proc/hp_metrics.jsonl|--metrics /proc/hp_metrics.jsonl is not writable
+--config $src/configs/single.yaml --metrics $tmp|--metrics $tmp is a directory
+--config $src/configs/tp2_fsdp.yaml --set model.dim=1000000000 --set model.ffn_hidden=1000000000 --dry-run --world-size 8|the model cannot be built: Storage size calculation overflowed
+CASES
+# n_experts: 0 alone makes the model dense (moe.layers may still list layers).
+"$train" --config "$src/configs/tp2_ep2_fsdp.yaml" --set model.moe.n_experts=0 --set parallel.ep=1 --dry-run --world-size 8 --rank 0 >"$tmp/dense.json" 2>&1 \
+  && ! grep -q '"layers.1.moe' "$tmp/dense.json" && grep -q '"layers.1.feed_forward.w1.weight"' "$tmp/dense.json" \
+  || { echo "FAIL: n_experts 0 is not dense"; head -5 "$tmp/dense.json"; fail=1; }
+# Dry-run memory figures of a huge dense model never overflow into negative numbers.
+"$train" --config "$src/configs/tp2_fsdp.yaml" --set model.dim=1000000000 --set model.moe.n_experts=0 --set model.ffn_hidden=1000 --dry-run --world-size 8 --rank 1 >"$tmp/huge.json" 2>&1 || { echo "FAIL: huge dry run"; tail -3 "$tmp/huge.json"; fail=1; }
+python3 - "$tmp/huge.json" <<'PY' || fail=1
+import json, sys
+m = json.load(open(sys.argv[1]))["ranks"][0]["memory_bytes"]
+assert all(v > 0 for v in m.values()) and m["total"] > 1e18, m
+print("huge dry run ok: total", m["total"])
+PY
+# 6. A loss or gradient norm that stops being finite ends training, naming the step.
+"$train" --config "$src/configs/single.yaml" --set train.lr=1e30 --set train.grad_clip=0 --set train.steps=30 >"$tmp/nan" 2>&1; rc=$?
+[ $rc != 0 ] && grep -qE "training diverged at step [0-9]+: loss .*, grad_norm .* \(not finite\)" "$tmp/nan" && ! grep -q "step   30" "$tmp/nan" \
+  || { echo "FAIL: non-finite loss (rc $rc)"; tail -3 "$tmp/nan"; fail=1; }
+# 7. --metrics: a missing parent directory is created.
+"$train" --config "$src/configs/single.yaml" --set train.steps=2 --metrics "$tmp/new/sub/m.jsonl" >/dev/null 2>&1 && [ "$(wc -l <"$tmp/new/sub/m.jsonl")" = 2 ] \
+  || { echo "FAIL: metrics parent dir"; fail=1; }
+# 8. On a terminal: a live progress line (step/total, ETA) redrawn in place.
+script -qec "$train --config $src/configs/single.yaml --set train.steps=4" /dev/null >"$tmp/tty" 2>&1 </dev/null
+grep -q $'\r\x1b\[Kstep 4/4 \[####################\] 100%' "$tmp/tty" && grep -q "ETA 0:00:00" "$tmp/tty" \
+  || { echo "FAIL: no live progress line on a TTY"; cat -v "$tmp/tty" | tail -3; fail=1; }
+# 8b. Under the launcher on a terminal: the console gets the live line, worker 0's log one
+#     plain line per redraw (no escape sequences).
+script -qec "$build/tools/hyperpar-run --worker_num 2 --log_dir $tmp/ttylogs $train --config $src/configs/tp2_fsdp.yaml --set parallel.tp=1 --set train.steps=4" /dev/null >"$tmp/tty2" 2>&1 </dev/null
+grep -q $'\r\x1b\[Kstep 4/4' "$tmp/tty2" && [ "$(grep -c '^step [1-4]/4 ' "$tmp/ttylogs/worker_0.log")" = 4 ] && ! grep -q $'\x1b' "$tmp/ttylogs/worker_0.log" \
+  || { echo "FAIL: progress under the launcher"; cat -v "$tmp/tty2" | tail -3; cat -v "$tmp/ttylogs/worker_0.log" | tail -5; fail=1; }
+# 9. Step lines reach the launcher's console as each step ends, not in one burst at exit:
+#    the arrival times of the first and last step lines are at least half the steps' time apart.
+"$build/tools/hyperpar-run" --worker_num 2 --log_dir "$tmp/lb" "$train" --config "$src/configs/tp2_fsdp.yaml" \
+  --set parallel.tp=1 --set train.steps=12 --metrics "$tmp/lb.jsonl" 2>&1 | while IFS= read -r line; do
+  echo "$(date +%s.%N) $line"; done >"$tmp/arrivals"
+python3 - "$tmp/arrivals" "$tmp/lb.jsonl" <<'PY' || fail=1
+import json, sys
+t = [float(l.split()[0]) for l in open(sys.argv[1]) if l.split()[1:2] == ["step"]]
+steps = [json.loads(l)["step_time_s"] for l in open(sys.argv[2])]
+assert len(t) == 12, f"{len(t)} step lines arrived"
+spread, work = t[-1] - t[0], sum(steps[1:])
+assert spread >= 0.5 * work, f"step lines arrived within {spread:.3f}s but steps 2..12 took {work:.3f}s"
+print(f"line-buffered ok: lines spread over {spread:.3f}s, steps took {work:.3f}s")
+PY
 rm -rf "$tmp"
 [ "$fail" = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
 exit $fail

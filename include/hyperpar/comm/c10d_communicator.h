@@ -26,6 +26,11 @@ namespace hyperpar::comm {
 std::shared_ptr<Communicator> make_gloo_communicator(const std::vector<int64_t>& ranks,
                                                      int64_t global_rank, const std::string& label);
 
+/// Connects to (rank 0: serves) the process-wide rendezvous store, waiting at most the
+/// current collective timeout (comm.init_timeout_s at start-up) and naming the master's
+/// address and port when it gives up. Called before the first gloo group is created.
+void connect_gloo_store();
+
 /// Whether this build has the c10d gloo backend (false when built without gloo headers).
 bool gloo_available();
 

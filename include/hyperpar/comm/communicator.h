@@ -17,6 +17,9 @@
 // Average is computed as a sum followed by one division by the group size at completion,
 // so fp32 averages round once (no per-rank pre-scaling).
 //
+// Every collective is watched (watchdog.h) from enqueue to completion: one that does not
+// complete within the current timeout ends the process with an error naming it.
+//
 // Threading contract: one thread issues collectives on a communicator and waits on their
 // Work; all group members issue the same collectives in the same order.
 #include <ATen/core/Tensor.h>
@@ -27,6 +30,7 @@
 
 #include "hyperpar/comm/contract.h"
 #include "hyperpar/comm/options.h"
+#include "hyperpar/comm/watchdog.h"
 #include "hyperpar/comm/work.h"
 
 namespace hyperpar::comm {
@@ -74,7 +78,9 @@ class Communicator {
 
  private:
   CallSite site(const char* op, const CollectiveOptions& opts) const;
-  static WorkHandle finish(WorkHandle work, const CollectiveOptions& opts);
+  /// Registers the collective with the watchdog (watchdog.h) until its Work completes.
+  uint64_t watch(const CallSite& site) const;
+  static WorkHandle finish(WorkHandle work, WatchScope& watched, const CollectiveOptions& opts);
   void check_reduce_dtype(const CallSite& site, const at::Tensor& t, ReduceOp op) const;
 
   std::vector<int64_t> ranks_;

@@ -21,6 +21,20 @@ class ContractError : public Error {
   using Error::Error;
 };
 
+/// Bad input from the user (a config, a command line, a layout that cannot fit): reported
+/// before any work starts; programs exit with code 2.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A collective failed because a peer did (its connection closed, it exited): a consequence
+/// of another rank's failure, which the launcher names instead of this one.
+class PeerError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {

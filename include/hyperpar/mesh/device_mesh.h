@@ -11,6 +11,9 @@
 //   mesh["tp"].ranks()           -> {4, 5, 6, 7}
 //   mesh.flatten().ranks()       -> {0..7}, dim "dp_tp"; root["dp_tp"] resolves it
 //   mesh["tp"].unflatten(0, {2, 2}, {"a", "b"})["b"].ranks() -> {4, 5}
+//   mesh.flatten("all").unflatten(0, {4, 2}, {"x", "y"})["y"].ranks() -> {4, 5}
+//     (row-major, as PyTorch: any factorisation of a flattened dim, e.g. (4,3) -> (3,4))
+//   mesh.get_local_rank("dp_tp") -> 5 once "dp_tp" is flattened on the root
 //   concatenate({mesh["dp"], mesh["tp"]}) == mesh
 //
 // Internally every dim is a list of modes (size, stride) over the root's flat index, so a
@@ -60,16 +63,16 @@ class DeviceMesh {
   /// Calling rank's coordinate; nullopt when the rank is not in the mesh.
   std::optional<std::vector<int64_t>> get_coordinate() const;
   int64_t get_local_rank(int64_t dim) const;
-  int64_t get_local_rank(const std::string& name) const { return get_local_rank(dim_index(name)); }
+  /// By name: one of this mesh's dims, or a name flattened/unflattened on the root (as in
+  /// PyTorch, root.get_local_rank("dp_shard_tp") after flatten), resolved by slicing.
+  int64_t get_local_rank(const std::string& name) const;
   /// Ranks along `dim` through the calling rank's coordinate (its group on that dim).
   std::vector<int64_t> group_ranks(int64_t dim) const;
   /// Every group along `dim` (one rank list per combination of the other coordinates).
   std::vector<std::vector<int64_t>> all_group_ranks(int64_t dim) const;
   /// The communicator of group_ranks(dim): created lazily, shared by equal rank sets.
   std::shared_ptr<comm::Communicator> get_group(int64_t dim) const;
-  std::shared_ptr<comm::Communicator> get_group(const std::string& name) const {
-    return get_group(dim_index(name));
-  }
+  std::shared_ptr<comm::Communicator> get_group(const std::string& name) const;
 
   /// Slice by one dim name (mesh["tp"]) or several (mesh.slice({"dp", "tp"}), root order). Names
   /// may be this mesh's dims or names flattened/unflattened on the root.

@@ -9,7 +9,10 @@
 //              expert_tp (1 | tp, see parallel/expert_mesh.h)}
 //   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
 //              weight_decay, grad_clip, seed, optimizer (adamw|sgd)}
-//   comm:     {backend (mpi|gloo)}
+//   comm:     {backend (mpi|gloo; default: the launcher's, else mpi),
+//              init_timeout_s (300), train_timeout_s (100)}  (comm/watchdog.h)
+// train.grad_clip 0 means no clipping. model.moe.n_experts 0 makes the model dense.
+// The file must be a non-empty mapping without repeated keys.
 // --set section.key=value overrides one scalar (YAML syntax for the value). Unknown keys and
 // invalid combinations throw ConfigError, which the trainer reports with exit code 2 on every
 // rank before any communication.
@@ -21,9 +24,9 @@
 
 namespace hyperpar::train {
 
-class ConfigError : public Error {
+class ConfigError : public UsageError {
  public:
-  using Error::Error;
+  using UsageError::UsageError;
 };
 
 struct ParallelConfig {
@@ -42,16 +45,23 @@ struct TrainConfig {
   std::string optimizer = "adamw";
 };
 
+struct CommConfig {
+  std::string backend;  // mpi | gloo; empty: the launcher's choice, else mpi (backend_choice.h)
+  double init_timeout_s = 300;   // rendezvous, materialisation, first step (watchdog.h)
+  double train_timeout_s = 100;  // every collective after the first step
+};
+
 struct Config {
   models::TransformerConfig model;
   ParallelConfig parallel;
   TrainConfig train;
-  std::string backend = "mpi";
+  CommConfig comm;
 };
 
 /// Parses `path` and applies `overrides` ("section.key=value").
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
-/// Checks sizes against `world_size` and infers dp_shard; throws ConfigError.
+/// Checks values and sizes against `world_size` and infers dp_shard; throws ConfigError.
+/// c.comm.backend should be resolved first (the MPI backend reduces float32 only).
 void validate(Config& c, int64_t world_size);
 
 }  // namespace hyperpar::train
