@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
-pkgs=(cmake g++ make libopenmpi-dev openmpi-bin libyaml-cpp-dev libgtest-dev libcli11-dev libgloo-dev python3-venv)
+pkgs=(cmake g++ make libopenmpi-dev openmpi-bin libyaml-cpp-dev libgtest-dev libcli11-dev libgloo-dev libxxhash-dev python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,6 +18,10 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import torch' >/dev/null 
   echo "[setup] creating .venv with the pinned torch wheel (LibTorch)"
   python3 -m venv .venv
   .venv/bin/pip install -q torch==2.13.0
+fi
+# Test-only: PyTorch DCP's safetensors reader/writer (checkpoint interop tests) needs them.
+if ! .venv/bin/python -c 'import safetensors, numpy' >/dev/null 2>&1; then
+  .venv/bin/pip install -q safetensors==0.8.0 numpy==2.2.6
 fi
 TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${HYPERPAR_BUILD_TYPE:-Release}" \

@@ -47,6 +47,7 @@ int run_as_mpirun_shim(const LaunchOptions& o) {
   s.log_dir = o.worker_shim;
   s.command = o.command;
   s.echo_to_console = s.rank == 0;
+  if (const char* g = std::getenv("HYPERPAR_STOP_GRACE_S")) s.grace_s = std::atof(g);
   return run_worker_shim(s);
 }
 
@@ -111,10 +112,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.master_port == 0) o.master_port = free_port();
-  const int first = o.node_rank * o.local_worker_num;
-  for (int r = first; r < first + o.local_worker_num; ++r)
-    for (const char* kind : {"exit", "error", "pid", "failed"})
-      std::filesystem::remove(o.log_dir + "/worker_" + std::to_string(r) + "." + kind);
   setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
   setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
   setenv("HYPERPAR_BACKEND", backend.c_str(), 1);
@@ -123,6 +120,7 @@ int main(int argc, char** argv) {
   else
     unsetenv("HYPERPAR_BACKEND_FLAG");
   if (!std::getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", "1", 1);
+  setenv("HYPERPAR_STOP_GRACE_S", std::to_string(o.stop_grace_s).c_str(), 1);
   if (isatty(STDOUT_FILENO) && o.join)
     setenv("HYPERPAR_CONSOLE_TTY", "1", 1);
   else
@@ -142,7 +140,6 @@ int main(int argc, char** argv) {
     const std::string out = o.log_dir + "/launcher.log";
     if (!freopen(out.c_str(), "w", stdout) || !freopen(out.c_str(), "a", stderr)) return 1;
   }
-  if (backend == "gloo") return supervise_local_workers(o);
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) {
@@ -150,5 +147,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   self[n] = 0;
-  return supervise_mpirun(o, self);
+  return supervise_job(o, backend, self);
 }

@@ -21,6 +21,8 @@
 #include "hyperpar/comm/backend_choice.h"
 #include "hyperpar/comm/run_main.h"
 #include "hyperpar/comm/watchdog.h"
+#include "hyperpar/core/format.h"
+#include "hyperpar/nn/safetensors.h"
 #include "hyperpar/train/memory_estimate.h"
 #include "hyperpar/train/trainer.h"
 
@@ -42,14 +44,6 @@ int64_t local_world_size() {
   return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}, launcher_world_size());
 }
 
-std::string json_shape(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
-
 std::string json_bytes(double b) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -63,25 +57,25 @@ void dry_run(train::Config c, int64_t world_size, int64_t only_rank) {
   std::ostringstream out;
   out << "{\"world_size\": " << world_size << ", \"mesh\": {\"names\": [\"dp_replicate\", "
       << "\"dp_shard\", \"tp\"], \"shape\": "
-      << json_shape({c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp})
+      << format_list({c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp})
       << "}, \"ranks\": [";
   bool first = true;
   for (int64_t r = 0; r < world_size; ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
     auto pm = train::build_parallel_model(c, comm::World::simulated(r, world_size), false);
     out << (first ? "" : ",") << "\n {\"rank\": " << r << ", \"dp_rank\": " << pm.dp_rank
-        << ", \"tp_group\": " << json_shape(pm.tp_mesh->ranks())
-        << ", \"dp_group\": " << json_shape(pm.dp_mesh->ranks());
+        << ", \"tp_group\": " << format_list(pm.tp_mesh->ranks())
+        << ", \"dp_group\": " << format_list(pm.dp_mesh->ranks());
     if (pm.ep_mesh)
       out << ", \"ep_mesh\": \"" << pm.ep_mesh->to_string()
-          << "\", \"ep_group\": " << json_shape(pm.ep_mesh->group_ranks(0))
-          << ", \"expert_dp_group\": " << json_shape(pm.expert_dp_mesh->ranks());
+          << "\", \"ep_group\": " << format_list(pm.ep_mesh->group_ranks(0))
+          << ", \"expert_dp_group\": " << format_list(pm.expert_dp_mesh->ranks());
     out << ", \"parameters\": [";
     bool pf = true;
     for (auto& [name, p] : pm.model->named_parameters()) {
       out << (pf ? "" : ",") << "\n  {\"name\": \"" << name
-          << "\", \"global_shape\": " << json_shape(p->shape)
-          << ", \"local_shape\": " << json_shape(p->data.sizes().vec()) << ", \"placements\": \""
+          << "\", \"global_shape\": " << format_list(p->shape)
+          << ", \"local_shape\": " << format_list(p->data.sizes().vec()) << ", \"placements\": \""
           << dtensor::to_string(p->spec->placements()) << "\", \"mesh\": \""
           << p->spec->mesh().to_string() << "\"}";
       pf = false;
@@ -166,13 +160,16 @@ void check_metrics_path(const std::string& path) {
 int main(int argc, char** argv) {
   comm::prepare_process_output();
   CLI::App app{"hyperpar-train: N-D parallel Transformer training"};
-  std::string config_path, metrics;
+  std::string config_path, metrics, export_path;
   std::vector<std::string> sets;
   bool dry = false;
   int64_t world_size = -1, rank = -1;
   app.add_option("--config", config_path, "YAML config (see configs/)")->required();
   app.add_option("--set", sets, "override, e.g. --set train.steps=5 (repeatable)");
   app.add_option("--metrics", metrics, "write one JSON object per step here (rank 0)");
+  app.add_option("--export", export_path,
+                 "after training, write the full model (every parameter's full tensor) to this "
+                 "safetensors file (rank 0 writes)");
   app.add_flag("--dry-run", dry, "print meshes, placements, shapes and memory; launch nothing");
   app.add_option("--world-size", world_size, "dry run: world size");
   app.add_option("--rank", rank, "dry run: only this rank");
@@ -242,6 +239,11 @@ int main(int argc, char** argv) {
                 << " parameters, peak RSS " << train::peak_rss_mb() << " MiB after materialisation"
                 << std::endl;
     train::run_training(cfg, pm, *world, metrics);
+    if (!export_path.empty()) {
+      nn::save_safetensors(*pm.model, export_path, world->rank() == 0);
+      if (world->rank() == 0)
+        std::cout << "hyperpar-train: exported the full model to " << export_path << std::endl;
+    }
     return 0;
   });
 }

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "hyperpar/core/error.h"
+#include "hyperpar/core/stop_request.h"
 #include "hyperpar/core/worker_record.h"
 
 namespace hyperpar::comm {
@@ -87,6 +88,12 @@ int run_main(const std::function<int()>& body) {
       return 0;
     }
     fail("error", "exited with code " + std::to_string(code), code, true);
+  } catch (const StopRequest& e) {
+    // Every rank stops at the same point (e.g. after a collective save): exit quietly.
+    std::cout << e.what() << std::endl;
+    record_error("stopped", e.what());
+    flush_all();
+    std::_Exit(e.exit_code);
   } catch (const UsageError& e) {
     fail("config", e.what(), 2, true);
   } catch (const PeerError& e) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "hyperpar/core/error.h"
+#include "hyperpar/core/format.h"
 
 namespace hyperpar::mesh {
 
@@ -20,14 +21,6 @@ struct DeviceMesh::Root {
 };
 
 namespace {
-
-std::string join(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
 
 int64_t dim_size(const DeviceMesh::Dim& d) {
   int64_t n = 1;
@@ -113,11 +106,11 @@ DeviceMesh DeviceMesh::init(std::shared_ptr<comm::World> world, const std::vecto
   HP_CHECK(world, "init_device_mesh needs a world");
   int64_t n = 1;
   for (int64_t s : shape) {
-    HP_CHECK(s > 0, "mesh dim sizes must be positive, got shape ", join(shape));
+    HP_CHECK(s > 0, "mesh dim sizes must be positive, got shape ", format_list(shape));
     n *= s;
   }
   HP_CHECK(!shape.empty(), "a mesh needs at least one dim");
-  HP_CHECK(n == world->size(), "mesh shape ", join(shape), " holds ", n,
+  HP_CHECK(n == world->size(), "mesh shape ", format_list(shape), " holds ", n,
            " ranks but the world has ", world->size());
   std::vector<int64_t> ranks(n);
   for (int64_t i = 0; i < n; ++i) ranks[i] = i;
@@ -132,10 +125,10 @@ DeviceMesh DeviceMesh::from_ranks(std::shared_ptr<comm::World> world,
   HP_CHECK(!shape.empty(), "a mesh needs at least one dim");
   int64_t n = 1;
   for (int64_t s : shape) {
-    HP_CHECK(s > 0, "mesh dim sizes must be positive, got shape ", join(shape));
+    HP_CHECK(s > 0, "mesh dim sizes must be positive, got shape ", format_list(shape));
     n *= s;
   }
-  HP_CHECK(static_cast<int64_t>(ranks.size()) == n, "mesh shape ", join(shape), " needs ", n,
+  HP_CHECK(static_cast<int64_t>(ranks.size()) == n, "mesh shape ", format_list(shape), " needs ", n,
            " ranks, got ", ranks.size());
   check_names(names, shape.size());
   auto root = std::make_shared<Root>();
@@ -290,7 +283,7 @@ std::vector<std::vector<int64_t>> DeviceMesh::all_group_ranks(int64_t dim) const
 
 std::shared_ptr<comm::Communicator> DeviceMesh::get_group(int64_t dim) const {
   const auto r = group_ranks(dim);
-  return root_->world->group(r, "mesh dim " + dims_[dim].name + " ranks " + join(r));
+  return root_->world->group(r, "mesh dim " + dims_[dim].name + " ranks " + format_list(r));
 }
 
 DeviceMesh DeviceMesh::slice(const std::vector<std::string>& names) const {
@@ -359,11 +352,11 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, const std::vector<int64_t>& sizes,
   check_names(names, sizes.size());
   int64_t prod = 1;
   for (int64_t s : sizes) {
-    HP_CHECK(s > 0, "unflatten sizes must be positive, got ", join(sizes));
+    HP_CHECK(s > 0, "unflatten sizes must be positive, got ", format_list(sizes));
     prod *= s;
   }
-  HP_CHECK(prod == size(dim), "unflatten sizes ", join(sizes), " multiply to ", prod, " but dim '",
-           dims_[dim].name, "' has size ", size(dim));
+  HP_CHECK(prod == size(dim), "unflatten sizes ", format_list(sizes), " multiply to ", prod,
+           " but dim '", dims_[dim].name, "' has size ", size(dim));
   // Split the dim's modes row-major, consuming digits from the innermost mode outwards.
   std::vector<MeshMode> rest = merge_contiguous(dims_[dim].modes);
   // The root dim holding a digit at `stride` (informational: pieces of merged modes).
@@ -394,7 +387,7 @@ DeviceMesh DeviceMesh::unflatten(int64_t dim, const std::vector<int64_t>& sizes,
         need = 1;
       } else {
         throw Error(detail::concat("cannot unflatten dim '", dims_[dim].name, "' into ",
-                                   join(sizes), ": size ", sizes[k],
+                                   format_list(sizes), ": size ", sizes[k],
                                    " does not align with its layout"));
       }
     }
@@ -437,7 +430,7 @@ std::string DeviceMesh::to_string() const {
   const auto r = ranks();
   os << "; ranks ";
   if (r.size() <= 16) {
-    os << join(r);
+    os << format_list(r);
   } else {
     os << "[" << r[0] << ", " << r[1] << ", ..., " << r.back() << "] (" << r.size() << ")";
   }

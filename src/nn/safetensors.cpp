@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -44,32 +45,26 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-struct Mapped {
-  void* data = MAP_FAILED;
-  size_t size = 0;
-  ~Mapped() {
-    if (data != MAP_FAILED) munmap(data, size);
-  }
-};
-
 }  // namespace
 
-void save_safetensors(Module& model, const std::string& path, bool write) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (auto& [fqn, p] : model.named_parameters()) {
-    HP_CHECK(!p->data.is_meta(), "save_safetensors: parameter ", fqn, " is on meta");
-    at::Tensor full =
-        p->spec ? dtensor::DTensor(p->data.detach(), *p->spec).full_tensor() : p->data.detach();
-    tensors.push_back({fqn, full.contiguous()});
-  }
-  if (!write) return;
+void write_safetensors_file(const std::string& path,
+                            const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                            const std::map<std::string, std::string>& metadata, bool sync) {
   std::ostringstream header;
-  header << "{\"__metadata__\":{\"format\":\"pt\",\"writer\":\"hyperpar\"}";
+  header << "{\"__metadata__\":{";
+  bool first = true;
+  for (const auto& [k, v] : metadata) {
+    header << (first ? "" : ",") << "\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
+    first = false;
+  }
+  header << "}";
   int64_t offset = 0;
   for (const auto& [name, t] : tensors) {
+    HP_CHECK(t.is_contiguous() && !t.is_meta(), "safetensors ", path, ": tensor ", name,
+             " must be materialised and contiguous");
     auto it = dtype_names().find(t.scalar_type());
-    HP_CHECK(it != dtype_names().end(), "save_safetensors: dtype ", t.scalar_type(), " of ", name,
-             " has no safetensors name");
+    HP_CHECK(it != dtype_names().end(), "safetensors ", path, ": dtype ", t.scalar_type(), " of ",
+             name, " has no safetensors name");
     header << ",\"" << json_escape(name) << "\":{\"dtype\":\"" << it->second << "\",\"shape\":[";
     for (int64_t d = 0; d < t.dim(); ++d) header << (d ? "," : "") << t.size(d);
     const int64_t bytes = t.numel() * t.element_size();
@@ -80,51 +75,109 @@ void save_safetensors(Module& model, const std::string& path, bool write) {
   std::string h = header.str();
   while (h.size() % 8 != 0) h += ' ';  // data starts 8-byte aligned
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    HP_CHECK(out.good(), "save_safetensors: cannot open ", tmp, " for writing");
-    const uint64_t n = h.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& [name, t] : tensors)
-      out.write(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
-    out.flush();
-    HP_CHECK(out.good(), "save_safetensors: writing ", tmp, " failed (disk full?)");
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  HP_CHECK(fd >= 0, "safetensors: cannot open ", tmp, " for writing: ", std::strerror(errno));
+  auto put = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::write(fd, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const std::string err = std::strerror(errno);
+        close(fd);
+        throw Error("safetensors: writing " + tmp + " failed: " + err);
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+  };
+  const uint64_t n = h.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  put(len, 8);
+  put(h.data(), h.size());
+  for (const auto& [name, t] : tensors) put(t.data_ptr(), t.numel() * t.element_size());
+  if (sync && fsync(fd) != 0) {
+    close(fd);
+    throw Error("safetensors: fsync of " + tmp + " failed");
   }
-  HP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "save_safetensors: cannot rename ", tmp,
-           " to ", path);
+  close(fd);
+  HP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "safetensors: cannot rename ", tmp, " to ",
+           path);
 }
 
-void load_safetensors(Module& model, const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY);
-  HP_CHECK(fd >= 0, "load_safetensors: cannot open ", path);
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), map_(MAP_FAILED) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  HP_CHECK(fd >= 0, "safetensors: cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
   fstat(fd, &st);
-  Mapped map;
-  map.size = static_cast<size_t>(st.st_size);
-  if (map.size > 0) map.data = mmap(nullptr, map.size, PROT_READ, MAP_PRIVATE, fd, 0);
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
-  HP_CHECK(map.size >= 8 && map.data != MAP_FAILED, "load_safetensors: ", path,
-           " is too short or unreadable (", map.size, " bytes)");
-  const auto* bytes = static_cast<const unsigned char*>(map.data);
+  HP_CHECK(size_ >= 8 && map_ != MAP_FAILED, "safetensors: ", path, " is too short or unreadable (",
+           size_, " bytes)");
+  const auto* bytes = static_cast<const unsigned char*>(map_);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[i]) << (8 * i);
-  HP_CHECK(n <= map.size - 8, "load_safetensors: ", path, " header length ", n,
-           " exceeds the file size ", map.size);
+  HP_CHECK(n <= size_ - 8, "safetensors: ", path, " header length ", n, " exceeds the file size ",
+           size_);
   YAML::Node header;
   try {
     header = YAML::Load(std::string(reinterpret_cast<const char*>(bytes + 8), n));
   } catch (const std::exception& e) {
-    throw Error("load_safetensors: " + path + ": malformed JSON header: " + e.what());
+    throw Error("safetensors: " + path + ": malformed JSON header: " + e.what());
   }
-  const size_t data_start = 8 + n, data_size = map.size - data_start;
-  std::set<std::string> in_file;
+  data_start_ = 8 + n;
+  const size_t data_size = size_ - data_start_;
   for (const auto& kv : header) {
     const std::string key = kv.first.as<std::string>();
-    if (key != "__metadata__") in_file.insert(key);
+    if (key == "__metadata__") {
+      for (const auto& m : kv.second)
+        metadata_[m.first.as<std::string>()] = m.second.as<std::string>();
+      continue;
+    }
+    Entry e;
+    e.dtype = dtype_of(kv.second["dtype"].as<std::string>(), path);
+    e.shape = kv.second["shape"].as<std::vector<int64_t>>();
+    const auto off = kv.second["data_offsets"].as<std::vector<uint64_t>>();
+    int64_t numel = 1;
+    for (int64_t s : e.shape) numel *= s;
+    HP_CHECK(off.size() == 2 && off[1] >= off[0] && off[1] <= data_size &&
+                 off[1] - off[0] == static_cast<uint64_t>(numel) * c10::elementSize(e.dtype),
+             "safetensors: ", key, " has inconsistent data_offsets in ", path);
+    e.begin = off[0];
+    e.end = off[1];
+    entries_.emplace(key, e);
   }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != MAP_FAILED) munmap(map_, size_);
+}
+
+at::Tensor SafetensorsFile::view(const std::string& name) const {
+  auto it = entries_.find(name);
+  HP_CHECK(it != entries_.end(), "safetensors: ", path_, " has no tensor ", name);
+  auto* base = static_cast<unsigned char*>(map_) + data_start_ + it->second.begin;
+  return at::from_blob(base, it->second.shape, at::TensorOptions().dtype(it->second.dtype));
+}
+
+void save_safetensors(Module& model, const std::string& path, bool write) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [fqn, p] : model.named_parameters()) {
+    HP_CHECK(!p->data.is_meta(), "save_safetensors: parameter ", fqn, " is on meta");
+    at::Tensor full =
+        p->spec ? dtensor::DTensor(p->data.detach(), *p->spec).full_tensor() : p->data.detach();
+    tensors.push_back({fqn, full.contiguous()});
+  }
+  if (!write) return;
+  write_safetensors_file(path, tensors, {{"format", "pt"}, {"writer", "hyperpar"}}, false);
+}
+
+void load_safetensors(Module& model, const std::string& path) {
+  const SafetensorsFile file(path);
+  std::set<std::string> in_file;
+  for (const auto& [key, e] : file.entries()) in_file.insert(key);
   std::vector<std::string> missing;
   auto params = model.named_parameters();
   for (auto& [fqn, p] : params)
@@ -144,21 +197,11 @@ void load_safetensors(Module& model, const std::string& path) {
   }
   at::NoGradGuard no_grad;
   for (auto& [fqn, p] : params) {
-    const YAML::Node e = header[fqn];
-    const c10::ScalarType dt = dtype_of(e["dtype"].as<std::string>(), path);
-    const auto shape = e["shape"].as<std::vector<int64_t>>();
-    const auto off = e["data_offsets"].as<std::vector<uint64_t>>();
+    const auto& shape = file.entries().at(fqn).shape;
     HP_CHECK(shape == p->shape, "load_safetensors: ", fqn, " has shape ", c10::IntArrayRef(shape),
              " in ", path, " but ", c10::IntArrayRef(p->shape), " in the model");
-    int64_t numel = 1;
-    for (int64_t s : shape) numel *= s;
-    HP_CHECK(off.size() == 2 && off[1] >= off[0] && off[1] <= data_size &&
-                 off[1] - off[0] == static_cast<uint64_t>(numel) * c10::elementSize(dt),
-             "load_safetensors: ", fqn, " has inconsistent data_offsets in ", path);
     HP_CHECK(!p->data.is_meta(), "load_safetensors: ", fqn, " is on meta; call to_empty first");
-    at::Tensor full = at::from_blob(const_cast<unsigned char*>(bytes) + data_start + off[0], shape,
-                                    at::TensorOptions().dtype(dt));
-    p->data.copy_(dtensor::take_ranges(full, p->local_ranges()));
+    p->data.copy_(dtensor::take_ranges(file.view(fqn), p->local_ranges()));
   }
 }
 

@@ -43,6 +43,26 @@ void AdamW::step() {
   }
 }
 
+std::vector<Optimizer::StateTensor> AdamW::state_tensors() {
+  std::vector<StateTensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.push_back({"exp_avg", i, m_[i]});
+    out.push_back({"exp_avg_sq", i, v_[i]});
+  }
+  return out;
+}
+
+std::vector<Optimizer::StateTensor> SGD::state_tensors() {
+  std::vector<StateTensor> out;
+  if (momentum_ == 0) return out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!buf_[i].defined())
+      buf_[i] = at::zeros_like(params_[i]->data, at::MemoryFormat::Contiguous);
+    out.push_back({"momentum_buffer", i, buf_[i]});
+  }
+  return out;
+}
+
 SGD::SGD(std::vector<nn::Parameter*> params, double lr, double momentum, double wd)
     : Optimizer(std::move(params)), momentum_(momentum), wd_(wd) {
   lr_ = lr;
@@ -61,7 +81,7 @@ void SGD::step() {
       if (!buf_[i].defined())
         buf_[i] = g.clone();
       else
-        buf_[i].mul_(momentum_).add_(g);
+        buf_[i].mul_(momentum_).add_(g);  // a zero buffer (from state_tensors) gives g too
       g = buf_[i];
     }
     p.add_(g, -lr_);

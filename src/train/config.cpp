@@ -96,6 +96,16 @@ std::map<std::string, Setter> setters() {
     c.comm.backend = as<std::string>(n, "comm.backend");
   };
   HP_DBL(comm, init_timeout_s, "comm.init_timeout_s");
+  m["checkpoint.dir"] = [](Config& c, const YAML::Node& n) {
+    c.checkpoint.dir = as<std::string>(n, "checkpoint.dir");
+  };
+  HP_INT(checkpoint, interval, "checkpoint.interval");
+  HP_INT(checkpoint, keep, "checkpoint.keep");
+  HP_BOOL(checkpoint, async, "checkpoint.async");
+  HP_BOOL(checkpoint, strict, "checkpoint.strict");
+  m["checkpoint.resume"] = [](Config& c, const YAML::Node& n) {
+    c.checkpoint.resume = as<std::string>(n, "checkpoint.resume");
+  };
   HP_DBL(comm, train_timeout_s, "comm.train_timeout_s");
 #undef HP_INT
 #undef HP_DBL
@@ -241,6 +251,11 @@ void validate(Config& c, int64_t world) {
     if (!std::isfinite(v) || v <= 0)
       fail(std::string(key) + " must be a number of seconds > 0, got " + number(v));
   if (t.optimizer != "adamw" && t.optimizer != "sgd") fail("optimizer must be adamw or sgd");
+  const auto& k = c.checkpoint;
+  if (k.interval < 0) fail("checkpoint.interval must be >= 0, got " + std::to_string(k.interval));
+  if (k.keep < 0) fail("checkpoint.keep must be >= 0 (0: keep all), got " + std::to_string(k.keep));
+  if (k.interval > 0 && k.dir.empty()) fail("checkpoint.interval needs checkpoint.dir");
+  if (k.resume.empty()) fail("checkpoint.resume must be auto, never or a checkpoint path");
   if (!c.comm.backend.empty() && c.comm.backend != "mpi" && c.comm.backend != "gloo")
     fail("comm.backend must be mpi or gloo, got '" + c.comm.backend + "'");
   if (c.comm.backend != "gloo" && p.reduce_dtype != c10::kFloat)

@@ -20,6 +20,7 @@ bool ProgressPrinter::console_is_terminal() {
 
 void ProgressPrinter::step(const StepMetrics& m) {
   seconds_ += m.step_time_s;
+  ++printed_;
   if (!live_) {
     std::printf("step %4lld  loss %.6f  grad_norm %.4f  lr %.2e  tokens/s %.0f  time %.3fs\n",
                 static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
@@ -31,7 +32,7 @@ void ProgressPrinter::step(const StepMetrics& m) {
   const double frac = total_ > 0 ? static_cast<double>(m.step) / static_cast<double>(total_) : 1;
   std::string bar(kWidth, '.');
   for (int i = 0; i < static_cast<int>(frac * kWidth); ++i) bar[i] = '#';
-  const double per_step = seconds_ / static_cast<double>(m.step);
+  const double per_step = seconds_ / static_cast<double>(printed_);  // also after a resume
   const long long eta =
       static_cast<long long>(per_step * static_cast<double>(total_ - m.step) + 0.5);
   std::printf(

@@ -4,14 +4,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/process_memory.h"
 #include "hyperpar/optim/optimizer.h"
+#include "hyperpar/train/checkpointing.h"
 #include "hyperpar/train/data.h"
+#include "hyperpar/train/preemption.h"
 #include "hyperpar/train/progress.h"
 
 namespace hyperpar::train {
@@ -29,9 +33,15 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     opt = std::make_unique<optim::SGD>(params, t.lr, 0.9, t.weight_decay);
   else
     opt = std::make_unique<optim::AdamW>(params, t.lr, t.weight_decay);
+  TrainResult result;
+  TrainCheckpointer ckpt(c, pm, *opt, world);
+  if (!c.checkpoint.dir.empty()) install_preemption_handlers();
+  const int64_t resumed = ckpt.resume();
+  result.resumed_from_step = resumed;
   std::ofstream metrics;
   if (!metrics_path.empty() && world.rank() == 0) {
-    metrics.open(metrics_path, std::ios::trunc);
+    // A resumed run continues the metrics of the run it resumes.
+    metrics.open(metrics_path, resumed > 0 ? std::ios::app : std::ios::trunc);
     HP_CHECK(metrics.is_open(), "--metrics ", metrics_path, ": cannot open for writing");
   }
   ProgressPrinter progress(t.steps, ProgressPrinter::console_is_terminal());
@@ -40,8 +50,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   auto world_group = world.group(all, "world");
   const int64_t local_rows = t.global_batch_size / pm.dp_size;
   const int64_t micro_rows = local_rows / t.micro_batches;
-  TrainResult result;
-  for (int64_t step = 1; step <= t.steps; ++step) {
+  for (int64_t step = resumed + 1; step <= t.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double lr = t.warmup_steps > 0 && step <= t.warmup_steps
                           ? t.lr * static_cast<double>(step) / static_cast<double>(t.warmup_steps)
@@ -59,8 +68,12 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
       loss_sum += loss.item<double>();
     }
     // Loss of the global batch: the mean over data-parallel ranks (tp ranks agree).
-    at::Tensor l = at::full({1}, loss_sum, at::TensorOptions().dtype(at::kDouble));
+    // [loss, preemption request]: a signal seen by any rank stops every rank after this step.
+    at::Tensor l = at::tensor({loss_sum, preemption_signal() ? 1.0 : 0.0},
+                              at::TensorOptions().dtype(at::kDouble));
     world_group->all_reduce(l, comm::ReduceOp::kAvg, {"loss"});
+    const bool preempted = l[1].item<double>() > 0;
+    l = l.narrow(0, 0, 1);
     const double grad_norm = optim::clip_grad_norm(params, t.grad_clip, world);
     // Every rank sees the same (all-reduced) values, so every rank stops here, before the
     // update would write non-finite values into the weights.
@@ -91,7 +104,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
       if (metrics.is_open()) {
         char buf[512];
         std::snprintf(buf, sizeof(buf),
-                      "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                      "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
                       "\"tokens_per_s\": %.6g, \"step_time_s\": %.6g, \"peak_rss_mb\": %.6g}\n",
                       static_cast<long long>(step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
                       m.step_time_s, m.peak_rss_mb);
@@ -101,7 +114,19 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
                  " failed (disk full or file removed?)");
       }
     }
+    const std::string saved = ckpt.after_step(step, preempted);
+    if (!saved.empty()) result.checkpoints.push_back(saved);
+    if (preempted) {
+      ckpt.finish();
+      if (print && world.rank() == 0) progress.finish();
+      const int sig = preemption_signal() ? preemption_signal() : SIGTERM;
+      throw Preempted(
+          sig, detail::concat("preempted (", strsignal(sig), ") after step ", step,
+                              saved.empty() ? std::string("; no checkpoint.dir, nothing saved")
+                                            : "; checkpoint saved at " + saved));
+    }
   }
+  ckpt.finish();
   if (print && world.rank() == 0) progress.finish();
   return result;
 }

@@ -6,6 +6,7 @@ check() {  # check DESCRIPTION COMMAND...: runs the command, records a failure
   local what=$1; shift
   if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
 }
+quiet() { "$@" >/dev/null 2>&1; }  # check "..." quiet CMD: the command's output hidden, not check's
 # Pids recorded by the shims of a log dir (shims and programs).
 recorded_pids() { cat "$1"/worker_*.pid 2>/dev/null | sed -n 's/^\(shim\|program\)=//p'; }
 # Live (non-zombie) processes among the given pids.

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "common/temp_dir.h"
 #include "hyperpar/core/worker_record.h"
 #include "launcher/failure_report.h"
 
@@ -14,14 +15,7 @@ using hyperpar::launcher::read_failure_report;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/hp_report_XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
+using hyperpar::testing::TempDir;
 
 void exit_record(const std::string& dir, int rank, const char* how, int code, int sig, bool stopped,
                  int64_t t, int64_t stop_t = 0) {

@@ -89,4 +89,19 @@ for case in "mpi TERM 143" "gloo INT 130" "gloo HUP 129" "mpi INT 130"; do
   check "$1 SIG$2: nothing left when the launcher returned" all_gone_within "$d" 0
   cleanup_job "$d"
 done
+# 7. A worker that ignores SIGTERM is SIGKILLed after the grace period; the launcher still
+#    exits 143 only once nothing is left (bounded: well under 15 s).
+d="$tmp/stubborn"
+setsid "$run" --worker_num 2 --backend gloo --stop_grace_s 3 --log_dir "$d" bash -c "trap '' TERM; echo ready; while true; do sleep 0.2; done" >/dev/null 2>&1 &
+launcher=$!
+for r in 0 1; do wait_for_text "$d/worker_$r.log" ready 30 >/dev/null || fail=1; done
+start=$(date +%s)
+kill -TERM "$launcher"
+timeout 30 tail --pid="$launcher" -f /dev/null
+wait "$launcher"; rc=$?
+took=$(( $(date +%s) - start ))
+check "stubborn worker: launcher exits 143 (rc $rc) within 15 s (${took}s)" [ "$rc" = 143 ] && [ "$took" -lt 15 ]
+check "stubborn worker: SIGKILLed, nothing left" all_gone_within "$d" 0
+check "stubborn worker: its log says SIGKILL" grep -q "worker 1 killed by SIGKILL" "$d/worker_1.log"
+cleanup_job "$d"
 finish_test

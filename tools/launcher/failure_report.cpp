@@ -57,7 +57,9 @@ WorkerEnding classify(const std::string& log_dir, int rank) {
   }
   // An error reported before the worker was told to stop is its own; after, collateral.
   const bool failed_before_stop = !err.empty() && (!stopped || err_time < stop_time);
-  if (stopped && !failed_before_stop) {
+  if (kind == "stopped") {
+    w.ending = Ending::kStopped;  // stopped on request (preempted after saving)
+  } else if (stopped && !failed_before_stop) {
     w.ending = Ending::kStopped;
     w.time_ns = stop_time;
   } else if (kind == "peer" || kind == "timeout") {

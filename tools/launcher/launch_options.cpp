@@ -40,6 +40,8 @@ struct Parsed {
   std::optional<int> worker_num, local_worker_num, nproc_per_node, nnodes, node_rank, master_port;
   std::optional<std::string> master_addr, log_dir, backend, worker_shim;
   std::optional<bool> join, standalone;
+  std::optional<double> stop_grace_s;
+  std::optional<int> max_restarts;
   bool help = false;
 };
 
@@ -95,6 +97,21 @@ const std::map<std::string, FlagSpec>& flag_specs() {
           if (v != "mpi" && v != "gloo") usage_error(f + " must be mpi or gloo, got '" + v + "'");
           p.backend = v;
         }}},
+      {"stop_grace_s",
+       {Kind::kValue,
+        [](Parsed& p, auto& f, auto& v) {
+          char* end = nullptr;
+          const double s = std::strtod(v.c_str(), &end);
+          if (v.empty() || *end != '\0' || !(s > 0) || s > 86400)
+            usage_error(f + " must be a number of seconds in (0, 86400], got '" + v + "'");
+          p.stop_grace_s = s;
+        }}},
+      {"max_restarts",
+       {Kind::kValue,
+        [](Parsed& p, auto& f, auto& v) {
+          p.max_restarts = parse_int(f, v, "a count >= 0");
+          if (*p.max_restarts < 0) usage_error(f + " must be a count >= 0, got " + v);
+        }}},
       {"worker_shim", {Kind::kValue, [](Parsed& p, auto&, auto& v) { p.worker_shim = v; }}},
       {"join", {Kind::kBool, [](Parsed& p, auto&, auto& v) { p.join = v == "1"; }}},
       {"no_join", {Kind::kBool, [](Parsed& p, auto&, auto& v) { p.join = v != "1"; }}},
@@ -121,8 +138,10 @@ std::string launch_usage() {
          "  --log_dir DIR          one log per worker: DIR/worker_R.log (default hyperpar_logs)\n"
          "  --join [BOOL]          wait for the workers (default True); False returns at once\n"
          "  --backend mpi|gloo     default: the config's comm.backend, else mpi\n"
+         "  --stop_grace_s S       after forwarding a stop signal, SIGKILL after S s (30)\n"
+         "  --max_restarts N       restart the whole job up to N times after a failure (0)\n"
          "torchrun spellings: --nproc_per_node, --nnodes, --node_rank, --master_addr,\n"
-         "  --master_port, --standalone (total workers = nnodes x nproc_per_node)\n"
+         "  --master_port, --standalone, --max-restarts (total workers = nnodes x nproc_per_node)\n"
          "The first argument that is not a flag is the program; everything after it is its own.\n";
 }
 
@@ -234,6 +253,8 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
     o.master_port = 0;
   if (p.log_dir) o.log_dir = *p.log_dir;
   if (p.join) o.join = *p.join;
+  if (p.stop_grace_s) o.stop_grace_s = *p.stop_grace_s;
+  if (p.max_restarts) o.max_restarts = *p.max_restarts;
   o.backend = p.backend;
   return o;
 }

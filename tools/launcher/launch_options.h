@@ -37,6 +37,9 @@ struct LaunchOptions {
   int master_port = 29500;  // 0: pick a free port (--standalone)
   std::string log_dir = "hyperpar_logs";
   bool join = true;
+  double stop_grace_s = 30;
+  int max_restarts = 0;  // torchrun's: restart the whole job this many times after a failure  //
+                         // after forwarding SIGTERM/SIGINT/SIGHUP: wait, then SIGKILL
   std::optional<std::string> backend;  // --backend, when given
   std::vector<std::string> command;    // program and its arguments
   bool help = false;

@@ -26,6 +26,10 @@ using Clock = std::chrono::steady_clock;
 // each shim's own grace (SIGTERM -> SIGKILL of its program) is shorter.
 constexpr auto kStopGrace = std::chrono::seconds(8);
 
+std::chrono::milliseconds forwarded_grace(const LaunchOptions& o) {
+  return std::chrono::milliseconds(static_cast<int64_t>((o.stop_grace_s + 5) * 1000));
+}
+
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) {
   if (g_signal == 0) g_signal = sig;
@@ -100,10 +104,7 @@ int finish(const LaunchOptions& o, int first_rank, int count, int fallback_code)
   return fallback_code;
 }
 
-}  // namespace
-
-int supervise_local_workers(const LaunchOptions& o) {
-  install_signal_handlers();
+int attempt_local_workers(const LaunchOptions& o) {
   const int first = o.node_rank * o.local_worker_num;
   std::map<pid_t, int> rank_of;
   std::vector<pid_t> shims;
@@ -121,6 +122,7 @@ int supervise_local_workers(const LaunchOptions& o) {
       s.log_dir = o.log_dir;
       s.command = o.command;
       s.echo_to_console = rank == 0;
+      s.grace_s = o.stop_grace_s;
       _exit(run_worker_shim(s));
     }
     setpgid(pid, pid);
@@ -135,7 +137,8 @@ int supervise_local_workers(const LaunchOptions& o) {
     if (g_signal && forwarded != g_signal) {
       forwarded = g_signal;
       for (pid_t p : shims) kill(p, g_signal);
-      if (!kill_at) kill_at = Clock::now() + kStopGrace;
+      // The shims SIGKILL their programs after the grace; this is the backstop.
+      kill_at = Clock::now() + forwarded_grace(o);
     }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -161,15 +164,14 @@ int supervise_local_workers(const LaunchOptions& o) {
   return finish(o, first, o.local_worker_num, 0);
 }
 
-int supervise_mpirun(const LaunchOptions& o, const std::string& self_exe) {
-  install_signal_handlers();
+int attempt_mpirun(const LaunchOptions& o, const std::string& self_exe) {
   // --quiet: the launcher names the failing worker itself (failure_report.h).
   std::vector<std::string> args = {"mpirun",          "-np",       std::to_string(o.worker_num),
                                    "--oversubscribe", "--bind-to", "none",
                                    "--quiet"};
   if (geteuid() == 0) args.push_back("--allow-run-as-root");
   for (const char* v : {"MASTER_ADDR", "MASTER_PORT", "HYPERPAR_BACKEND", "HYPERPAR_BACKEND_FLAG",
-                        "OMP_NUM_THREADS", "HYPERPAR_CONSOLE_TTY"})
+                        "OMP_NUM_THREADS", "HYPERPAR_CONSOLE_TTY", "HYPERPAR_STOP_GRACE_S"})
     if (getenv(v)) args.insert(args.end(), {"-x", v});
   args.insert(args.end(), {self_exe, "--worker-shim", o.log_dir, "--"});
   args.insert(args.end(), o.command.begin(), o.command.end());
@@ -210,7 +212,7 @@ int supervise_mpirun(const LaunchOptions& o, const std::string& self_exe) {
         auto it = rec.find("shim");
         if (it != rec.end()) kill(static_cast<pid_t>(std::stol(it->second)), g_signal);
       }
-      if (!kill_at) kill_at = Clock::now() + kStopGrace;
+      kill_at = Clock::now() + forwarded_grace(o);
     }
     const pid_t r = waitpid(mpirun, &status, WNOHANG);
     if (r == mpirun || (r < 0 && errno == ECHILD)) break;
@@ -231,6 +233,23 @@ int supervise_mpirun(const LaunchOptions& o, const std::string& self_exe) {
     std::cerr << "hyperpar-run: mpirun exited with code " << code << "; logs in " << o.log_dir
               << "\n";
   return code;
+}
+
+}  // namespace
+
+int supervise_job(const LaunchOptions& o, const std::string& backend, const std::string& self_exe) {
+  install_signal_handlers();
+  const int first = o.node_rank * o.local_worker_num;
+  for (int attempt = 0;; ++attempt) {
+    setenv("HYPERPAR_RESTART_COUNT", std::to_string(attempt).c_str(), 1);
+    for (int r = first; r < first + o.local_worker_num; ++r)
+      for (const char* kind : {"exit", "error", "pid"})
+        std::filesystem::remove(record::path(o.log_dir, r, kind));
+    const int code = backend == "gloo" ? attempt_local_workers(o) : attempt_mpirun(o, self_exe);
+    if (code == 0 || g_signal || attempt >= o.max_restarts) return code;
+    std::cerr << "hyperpar-run: restarting the job (restart " << attempt + 1 << " of "
+              << o.max_restarts << "); workers resume from their newest complete checkpoint\n";
+  }
 }
 
 }  // namespace hyperpar::launcher

@@ -15,7 +15,9 @@
 
 namespace hyperpar::launcher {
 
-int supervise_local_workers(const LaunchOptions& o);
-int supervise_mpirun(const LaunchOptions& o, const std::string& self_exe);
+/// Runs the job (backend "gloo" or "mpi") and, after a failure, restarts it up to
+/// o.max_restarts times (each attempt a fresh rendezvous; HYPERPAR_RESTART_COUNT tells the
+/// workers, whose logs are appended to; a trainer resumes from its newest checkpoint).
+int supervise_job(const LaunchOptions& o, const std::string& backend, const std::string& self_exe);
 
 }  // namespace hyperpar::launcher

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -17,6 +19,7 @@
 namespace hyperpar::launcher {
 namespace {
 
+constexpr double kOrphanGraceS = 5.0;
 volatile sig_atomic_t g_stop_signal = 0;
 volatile pid_t g_program_pgid = 0;
 
@@ -101,7 +104,8 @@ int run_worker_shim(const ShimSpec& s) {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() == 1) g_stop_signal = SIGTERM;  // the parent is already gone
+  const pid_t parent = getppid();
+  if (parent == 1) g_stop_signal = SIGTERM;  // the parent is already gone
 
   const std::string rank = std::to_string(s.rank);
   setenv("RANK", rank.c_str(), 1);
@@ -117,11 +121,19 @@ int run_worker_shim(const ShimSpec& s) {
   if (!s.echo_to_console) unsetenv("HYPERPAR_CONSOLE_TTY");
 
   const std::string log = s.log_dir + "/worker_" + rank + ".log";
-  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A restarted job appends: the failed attempt's log stays readable above.
+  const char* restart = std::getenv("HYPERPAR_RESTART_COUNT");
+  const bool appending = restart && std::atoi(restart) > 0;
+  const int log_fd =
+      open(log.c_str(), O_WRONLY | O_CREAT | (appending ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     const std::string msg = "hyperpar-run: cannot open log " + log + ": " + strerror(errno) + "\n";
     write_all(STDERR_FILENO, msg.data(), msg.size());
     return 127;
+  }
+  if (appending) {
+    const std::string banner = "hyperpar-run: ---- restart " + std::string(restart) + " ----\n";
+    write_all(log_fd, banner.data(), banner.size());
   }
   int out_pipe[2] = {-1, -1};
   if (s.echo_to_console && pipe2(out_pipe, O_CLOEXEC) != 0) {
@@ -183,7 +195,11 @@ int run_worker_shim(const ShimSpec& s) {
   char buf[65536];
   while (!reaped || read_fd >= 0) {
     if (g_stop_signal && !kill_at) {
-      kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(s.grace_s * 1000));
+      // A forwarded stop may let the program save a checkpoint (grace_s); when the parent
+      // died (PDEATHSIG), nobody waits: stop within kOrphanGraceS.
+      const bool orphaned = getppid() != parent;
+      const double grace = orphaned ? std::min(s.grace_s, kOrphanGraceS) : s.grace_s;
+      kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace * 1000));
       stop_time = record::now_ns();
     }
     if (!reaped && kill_at && Clock::now() > *kill_at) kill(-pid, SIGKILL);

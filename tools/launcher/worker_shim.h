@@ -9,7 +9,9 @@
 //   and the program gets SIGKILL when the shim dies, so a killed launcher (SIGKILL, OOM
 //   killer, CI timeout) leaves nothing behind;
 // - forwards SIGTERM/SIGINT/SIGHUP to the program's process group (with SIGCONT, so a
-//   stopped program receives them), then SIGKILLs it after `grace_s`;
+//   stopped program receives them), then SIGKILLs it after `grace_s` (time for a trainer
+//   to save a preemption checkpoint; HYPERPAR_STOP_GRACE_S), or after 5 s when the shim's
+//   parent died;
 // - writes LOG_DIR/worker_R.pid at start and LOG_DIR/worker_R.exit at the end
 //   (core/worker_record.h), and appends a last line to the log saying how the worker ended.
 // Returns the program's exit code, or 128 + signal when a signal ended it.
@@ -23,7 +25,7 @@ struct ShimSpec {
   std::string log_dir;
   std::vector<std::string> command;
   bool echo_to_console = false;
-  double grace_s = 5.0;
+  double grace_s = 30.0;
 };
 
 int run_worker_shim(const ShimSpec& spec);

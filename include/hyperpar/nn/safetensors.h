@@ -12,7 +12,14 @@
 // load: every rank maps the file and copies just its own block of each parameter (no
 // communication). Names, shapes must match the model exactly (errors list the differences);
 // dtypes are converted to the parameter's.
+//
+// The file primitives below are shared with checkpoint/ (one file per box set).
+#include <ATen/core/Tensor.h>
+
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hyperpar/nn/module.h"
 
@@ -20,5 +27,38 @@ namespace hyperpar::nn {
 
 void save_safetensors(Module& model, const std::string& path, bool write = true);
 void load_safetensors(Module& model, const std::string& path);
+
+/// Writes contiguous tensors and string metadata to `path` (through PATH.tmp and a rename;
+/// with `sync`, the file is fsync'ed before the rename).
+void write_safetensors_file(const std::string& path,
+                            const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                            const std::map<std::string, std::string>& metadata, bool sync);
+
+/// A memory-mapped safetensors file: its header, metadata and zero-copy tensor views.
+class SafetensorsFile {
+ public:
+  struct Entry {
+    c10::ScalarType dtype;
+    std::vector<int64_t> shape;
+    size_t begin, end;  // byte offsets in the data section
+  };
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, Entry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// A CPU tensor viewing the mapped bytes of `name` (valid while this object lives).
+  at::Tensor view(const std::string& name) const;
+
+ private:
+  std::string path_;
+  void* map_;
+  size_t size_ = 0, data_start_ = 0;
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
 
 }  // namespace hyperpar::nn

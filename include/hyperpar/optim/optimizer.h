@@ -12,6 +12,7 @@
 // expert parameters live on different ones): each rank's local sum of squares is weighted
 // by (distinct shards of that parameter) / (world size), so that replicated copies count once,
 // and one all-reduce over the whole world sums them; equals the single-process norm.
+#include <string>
 #include <vector>
 
 #include "hyperpar/comm/world.h"
@@ -28,6 +29,19 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   double lr() const { return lr_; }
 
+  /// State tensors for checkpoints: (state name, parameter index, tensor sharded like that
+  /// parameter), e.g. ("exp_avg", 3, m). Loading writes into these tensors in place.
+  struct StateTensor {
+    std::string name;
+    size_t param_index;
+    at::Tensor tensor;
+  };
+  virtual std::vector<StateTensor> state_tensors() { return {}; }
+  /// Updates taken so far (AdamW's bias-correction step); restored from a checkpoint.
+  virtual int64_t steps_taken() const { return 0; }
+  virtual void set_steps_taken(int64_t) {}
+  const std::vector<nn::Parameter*>& params() const { return params_; }
+
  protected:
   std::vector<nn::Parameter*> params_;
   double lr_ = 1e-3;
@@ -38,6 +52,9 @@ class AdamW : public Optimizer {
   AdamW(std::vector<nn::Parameter*> params, double lr, double weight_decay = 0.01,
         double beta1 = 0.9, double beta2 = 0.95, double eps = 1e-8);
   void step() override;
+  std::vector<StateTensor> state_tensors() override;
+  int64_t steps_taken() const override { return t_; }
+  void set_steps_taken(int64_t t) override { t_ = t; }
 
  private:
   double wd_, b1_, b2_, eps_;
@@ -50,6 +67,8 @@ class SGD : public Optimizer {
   SGD(std::vector<nn::Parameter*> params, double lr, double momentum = 0.0,
       double weight_decay = 0.0);
   void step() override;
+  /// momentum_buffer (zeros until the first step: equivalent, since buf = momentum*0 + g).
+  std::vector<StateTensor> state_tensors() override;
 
  private:
   double momentum_, wd_;

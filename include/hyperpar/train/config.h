@@ -11,6 +11,8 @@
 //              weight_decay, grad_clip, seed, optimizer (adamw|sgd)}
 //   comm:     {backend (mpi|gloo; default: the launcher's, else mpi),
 //              init_timeout_s (300), train_timeout_s (100)}  (comm/watchdog.h)
+//   checkpoint: {dir, interval, keep, async, resume (auto|never|PATH), strict}
+//              (checkpoint/checkpoint.h; train/checkpointing.h)
 // train.grad_clip 0 means no clipping. model.moe.n_experts 0 makes the model dense.
 // The file must be a non-empty mapping without repeated keys.
 // --set section.key=value overrides one scalar (YAML syntax for the value). Unknown keys and
@@ -51,11 +53,21 @@ struct CommConfig {
   double train_timeout_s = 100;  // every collective after the first step
 };
 
+struct CheckpointConfig {
+  std::string dir;              // empty: no checkpoints
+  int64_t interval = 0;         // save every `interval` steps (0: only on preemption)
+  int64_t keep = 0;             // keep the newest K complete checkpoints (0: all)
+  bool async = false;           // write in the background; the step only copies the shards
+  std::string resume = "auto";  // auto (newest complete in dir) | never | a step-N path
+  bool strict = true;           // false: optimizer state missing from the checkpoint is allowed
+};
+
 struct Config {
   models::TransformerConfig model;
   ParallelConfig parallel;
   TrainConfig train;
   CommConfig comm;
+  CheckpointConfig checkpoint;
 };
 
 /// Parses `path` and applies `overrides` ("section.key=value").

@@ -27,6 +27,7 @@ class ProgressPrinter {
   bool live_;
   bool drawn_ = false;
   double seconds_ = 0;
+  int64_t printed_ = 0;
 };
 
 }  // namespace hyperpar::train

@@ -2,7 +2,9 @@
 // The training loop: per step, this rank's rows of the global batch in micro-batches
 // (gradient sync only on the last), mean next-token loss scaled by 1/micro_batches,
 // global grad-norm clipping, AdamW/SGD with linear warmup. Rank 0 prints one line per step
-// and, with a metrics path, writes one JSON object per step.
+// and, with a metrics path, writes one JSON object per step. With checkpoint.dir, it resumes,
+// saves and handles preemption (train/checkpointing.h, train/preemption.h): a SIGTERM/SIGINT
+// ends training after the current step with a checkpoint, by throwing Preempted.
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,7 +20,9 @@ struct StepMetrics {
 };
 
 struct TrainResult {
-  std::vector<StepMetrics> steps;
+  std::vector<StepMetrics> steps;        // the steps this run took (after a resume: from there on)
+  int64_t resumed_from_step = 0;         // 0: a fresh start
+  std::vector<std::string> checkpoints;  // saved (or, async, being saved) by this run
 };
 
 TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,

@@ -1,0 +1,28 @@
+#include "collective_status.h"
+
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+namespace hyperpar::checkpoint::detail {
+namespace {
+std::shared_ptr<comm::Communicator> world_group(comm::World& world) {
+  std::vector<int64_t> all(world.size());
+  std::iota(all.begin(), all.end(), 0);
+  return world.group(all, "world");
+}
+}  // namespace
+
+bool all_ok(comm::World& world, bool ok, const char* what) {
+  at::Tensor failed = at::full({1}, ok ? 0 : 1, at::TensorOptions().dtype(at::kLong));
+  if (world.size() > 1) world_group(world)->all_reduce(failed, comm::ReduceOp::kMax, {what});
+  return failed.item<int64_t>() == 0;
+}
+
+int64_t broadcast_from_rank0(comm::World& world, int64_t v) {
+  at::Tensor t = at::full({1}, v, at::TensorOptions().dtype(at::kLong));
+  if (world.size() > 1) world_group(world)->broadcast(t, 0, {"checkpoint id"});
+  return t.item<int64_t>();
+}
+
+}  // namespace hyperpar::checkpoint::detail

@@ -1,0 +1,217 @@
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "collective_status.h"
+#include "hyperpar/checkpoint/boxes.h"
+#include "hyperpar/checkpoint/checkpoint.h"
+#include "hyperpar/checkpoint/manifest.h"
+#include "hyperpar/core/error.h"
+#include "hyperpar/core/format.h"
+#include "hyperpar/nn/safetensors.h"
+
+namespace hyperpar::checkpoint {
+namespace fs = std::filesystem;
+namespace {
+
+struct SavedChunk {
+  const nn::SafetensorsFile* file;
+  Box box;
+};
+
+// Every *.safetensors file of the checkpoint: which boxes of which tensors it holds.
+std::map<std::string, std::vector<SavedChunk>> index_chunks(
+    const std::vector<std::unique_ptr<nn::SafetensorsFile>>& files) {
+  std::map<std::string, std::vector<SavedChunk>> chunks;
+  for (const auto& f : files) {
+    YAML::Node info;
+    auto it = f->metadata().find("DCP_SHARDING_INFO");
+    if (it != f->metadata().end()) info = YAML::Load(it->second);
+    for (const auto& [fqn, e] : f->entries()) {
+      Box b;
+      b.sizes = e.shape;
+      b.offsets.assign(e.shape.size(), 0);  // no sharding info: the whole tensor
+      if (info && info[fqn]) b.offsets = info[fqn]["saved_offsets"].as<std::vector<int64_t>>();
+      HP_CHECK(b.offsets.size() == b.sizes.size(), "checkpoint: ", f->path(), ": saved_offsets of ",
+               fqn, " have ", b.offsets.size(), " dims, the tensor ", b.sizes.size());
+      chunks[fqn].push_back({f.get(), b});
+    }
+  }
+  return chunks;
+}
+
+std::vector<int64_t> global_shape_of(const std::vector<SavedChunk>& cs) {
+  std::vector<int64_t> shape(cs.front().box.sizes.size(), 0);
+  for (const auto& c : cs)
+    for (size_t d = 0; d < shape.size(); ++d)
+      shape[d] = std::max(shape[d], c.box.offsets[d] + c.box.sizes[d]);
+  return shape;
+}
+
+// Copies the parts of the saved chunks that intersect this rank's boxes; returns the number
+// of elements written (to check that every element was found).
+int64_t read_into(const TensorShard& s, const std::vector<SavedChunk>& chunks) {
+  int64_t written = 0;
+  for (const Box& mine : boxes_of(s.ranges)) {
+    for (const auto& c : chunks) {
+      const auto inter = intersect(mine, c.box);
+      if (!inter) continue;
+      at::Tensor src = c.file->view(s.fqn);
+      at::Tensor dst = s.local;
+      for (size_t d = 0; d < inter->sizes.size(); ++d) {
+        const auto dim = static_cast<int64_t>(d);
+        src = src.narrow(dim, inter->offsets[d] - c.box.offsets[d], inter->sizes[d]);
+        dst = dst.narrow(dim, mine.local_offsets[d] + inter->offsets[d] - mine.offsets[d],
+                         inter->sizes[d]);
+      }
+      dst.copy_(src);
+      written += inter->numel();
+    }
+  }
+  return written;
+}
+
+}  // namespace
+
+LoadResult load(const std::string& path, const std::vector<TensorShard>& shards, comm::World& world,
+                const LoadOptions& o) {
+  // 1. The manifest, verified by all ranks together (each checks every size-th file).
+  std::string error;
+  Manifest manifest;
+  // A directory without a manifest, written by PyTorch's HuggingFaceStorageWriter: its
+  // *.safetensors files are read as they are (nothing to verify them against).
+  const bool foreign = !fs::exists(path + "/manifest.json") && fs::is_directory(path);
+  if (foreign) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.path().extension() == ".safetensors") manifest[e.path().filename().string()] = {};
+    if (manifest.empty())
+      throw UsageError("checkpoint " + path +
+                       " has neither a manifest.json nor *.safetensors files");
+  }
+  try {
+    if (!foreign && !fs::exists(path + "/manifest.json"))
+      throw UsageError("checkpoint " + path +
+                       " does not exist or is not complete (no manifest.json)");
+    if (!foreign) manifest = read_manifest(path + "/manifest.json");
+    std::vector<std::string> mine;
+    int64_t i = 0;
+    for (const auto& [name, d] : manifest)
+      if (i++ % world.size() == world.rank()) mine.push_back(name);
+    const auto problems = foreign ? std::vector<std::string>{} : verify(path, manifest, mine);
+    if (!problems.empty()) {
+      std::string msg = "checkpoint " + path + " failed verification:";
+      for (const auto& p : problems) msg += "\n  " + p;
+      throw UsageError(msg);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!detail::all_ok(world, error.empty(), "checkpoint load: verify"))
+    throw UsageError(error.empty() ? "checkpoint " + path +
+                                         " failed verification on another rank (see its log); "
+                                         "nothing was loaded"
+                                   : error + "\nnothing was loaded");
+
+  // 2. Names and shapes (the same on every rank: no collective needed to agree).
+  std::vector<std::unique_ptr<nn::SafetensorsFile>> files;
+  for (const auto& [name, d] : manifest)
+    if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0)
+      files.push_back(std::make_unique<nn::SafetensorsFile>(path + "/" + name));
+  const auto chunks = index_chunks(files);
+  LoadResult result;
+  std::vector<std::string> missing, mismatched;
+  std::set<std::string> expected;
+  for (const auto& s : shards) {
+    expected.insert(s.fqn);
+    auto it = chunks.find(s.fqn);
+    if (it == chunks.end()) {
+      if (!o.strict && s.fqn.rfind("optimizer.", 0) == 0)
+        result.missing_allowed.push_back(s.fqn);
+      else
+        missing.push_back(s.fqn);
+      continue;
+    }
+    const auto saved = global_shape_of(it->second);
+    if (saved != s.global_shape)
+      mismatched.push_back(s.fqn + " (checkpoint " + format_list(saved) + ", model " +
+                           format_list(s.global_shape) + ")");
+  }
+  std::vector<std::string> extra;
+  for (const auto& [fqn, c] : chunks)
+    if (!expected.count(fqn)) extra.push_back(fqn);
+  if (!missing.empty() || !mismatched.empty() || !extra.empty()) {
+    std::ostringstream os;
+    os << "checkpoint " << path << " does not match the model and optimizer;";
+    auto list = [&](const char* what, const std::vector<std::string>& v) {
+      if (v.empty()) return;
+      os << " " << what << ":";
+      for (const auto& n : v) os << " " << n;
+      os << ";";
+    };
+    list("missing", missing);
+    list("shape mismatch", mismatched);
+    list("unexpected", extra);
+    os << " nothing was loaded";
+    if (!missing.empty() && o.strict)
+      os << " (checkpoint.strict: false allows missing optimizer state)";
+    throw UsageError(os.str());
+  }
+
+  // 3. Each rank reads the saved boxes that intersect its own, straight into its tensors.
+  try {
+    at::NoGradGuard no_grad;
+    for (const auto& s : shards) {
+      auto it = chunks.find(s.fqn);
+      if (it == chunks.end()) continue;
+      HP_CHECK(!s.local.is_meta(), "checkpoint load: ", s.fqn, " is on meta; materialise first");
+      const int64_t got = read_into(s, it->second);
+      HP_CHECK(got == s.local.numel(), "checkpoint ", path, ": ", s.fqn, ": the saved boxes cover ",
+               got, " of this rank's ", s.local.numel(), " elements");
+    }
+    std::ifstream f(path + "/hyperpar_state.json");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    result.state_json = ss.str();
+    result.foreign = foreign;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!detail::all_ok(world, error.empty(), "checkpoint load: read"))
+    throw Error(error.empty() ? "checkpoint load failed on another rank (see its log)" : error);
+  return result;
+}
+
+std::vector<TensorShard> collect_shards(nn::Module& model, optim::Optimizer* opt,
+                                        int64_t global_rank) {
+  std::vector<TensorShard> out;
+  std::vector<std::string> names;
+  std::vector<nn::Parameter*> params;
+  for (auto& [fqn, p] : model.named_parameters()) {
+    out.push_back(
+        {fqn, p->data, p->shape, p->local_ranges(), writes_replica(p->spec, global_rank)});
+    names.push_back(fqn);
+    params.push_back(p);
+  }
+  if (!opt) return out;
+  std::map<const nn::Parameter*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i]] = i;
+  for (const auto& st : opt->state_tensors()) {
+    const nn::Parameter* p = opt->params()[st.param_index];
+    auto it = index.find(p);
+    HP_CHECK(it != index.end(), "checkpoint: the optimizer holds a parameter the model does not");
+    const TensorShard& ps = out[it->second];
+    out.push_back(
+        {"optimizer." + st.name + "." + ps.fqn, st.tensor, ps.global_shape, ps.ranges, ps.writer});
+  }
+  return out;
+}
+
+}  // namespace hyperpar::checkpoint

@@ -1,0 +1,100 @@
+#include "hyperpar/train/checkpointing.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "hyperpar/checkpoint/checkpoint.h"
+#include "hyperpar/comm/watchdog.h"
+#include "hyperpar/core/error.h"
+
+namespace hyperpar::train {
+
+namespace {
+constexpr const char* kVersion = "0.1.0";
+}
+
+TrainCheckpointer::TrainCheckpointer(const Config& c, ParallelModel& pm, optim::Optimizer& opt,
+                                     comm::World& world)
+    : c_(c), pm_(pm), opt_(opt), world_(world) {}
+
+std::string TrainCheckpointer::state_json(int64_t step) const {
+  const auto& p = c_.parallel;
+  std::ostringstream os;
+  os << "{\"step\": " << step << ", \"optimizer_steps\": " << opt_.steps_taken()
+     << ", \"optimizer\": \"" << c_.train.optimizer << "\", \"seed\": " << c_.train.seed
+     << ", \"data\": {\"kind\": \"synthetic\", \"next_step\": " << step + 1 << "}"
+     << ", \"world_size\": " << world_.size()
+     << ", \"layout\": {\"dp_replicate\": " << p.dp_replicate << ", \"dp_shard\": " << p.dp_shard
+     << ", \"tp\": " << p.tp << ", \"ep\": " << p.ep << ", \"expert_tp\": " << p.expert_tp << "}"
+     << ", \"model\": {\"vocab_size\": " << c_.model.vocab_size << ", \"dim\": " << c_.model.dim
+     << ", \"n_layers\": " << c_.model.n_layers << ", \"n_experts\": " << c_.model.n_experts
+     << "}, \"hyperpar_version\": \"" << kVersion << "\"}";
+  return os.str();
+}
+
+int64_t TrainCheckpointer::resume() {
+  const auto& k = c_.checkpoint;
+  if (k.resume == "never") return 0;
+  std::string path;
+  if (k.resume == "auto") {
+    if (k.dir.empty()) return 0;
+    path = checkpoint::latest_complete(k.dir);
+    if (path.empty()) return 0;
+  } else {
+    path = k.resume;
+    if (!std::filesystem::is_directory(path))
+      throw UsageError("checkpoint.resume: " + path + " is not a checkpoint directory");
+  }
+  auto shards = checkpoint::collect_shards(*pm_.model, &opt_, world_.rank());
+  checkpoint::LoadOptions lo;
+  lo.strict = k.strict;
+  const auto r = checkpoint::load(path, shards, world_, lo);
+  const YAML::Node st = r.state_json.empty() ? YAML::Node() : YAML::Load(r.state_json);
+  // A foreign checkpoint (PyTorch's) has weights but no step: training starts at step 1.
+  const int64_t step = st["step"] ? st["step"].as<int64_t>() : 0;
+  opt_.set_steps_taken(st["optimizer_steps"] ? st["optimizer_steps"].as<int64_t>() : step);
+  if (world_.rank() == 0) {
+    std::printf(
+        "hyperpar-train: resumed from %s (step %lld, saved on %lld ranks); continuing at "
+        "step %lld\n",
+        path.c_str(), static_cast<long long>(step),
+        static_cast<long long>(st["world_size"] ? st["world_size"].as<int64_t>() : 0),
+        static_cast<long long>(step + 1));
+    if (!r.missing_allowed.empty())
+      std::printf(
+          "hyperpar-train: checkpoint.strict false: %zu optimizer state tensors were not "
+          "in the checkpoint and start from zero (first: %s)\n",
+          r.missing_allowed.size(), r.missing_allowed.front().c_str());
+    std::fflush(stdout);
+  }
+  return step;
+}
+
+std::string TrainCheckpointer::after_step(int64_t step, bool force) {
+  const auto& k = c_.checkpoint;
+  last_save_s_ = 0;
+  const bool due = k.interval > 0 && step % k.interval == 0;
+  if (k.dir.empty() || !(due || force)) return "";
+  const auto start = std::chrono::steady_clock::now();
+  auto shards = checkpoint::collect_shards(*pm_.model, &opt_, world_.rank());
+  checkpoint::SaveOptions so;
+  so.keep = k.keep;
+  std::string path;
+  if (k.async && !force) {
+    async_.start(k.dir, step, shards, state_json(step), world_, so, comm::collective_timeout_s());
+    path = k.dir + "/step-" + std::to_string(step);
+  } else {
+    async_.wait(world_);
+    path = checkpoint::save(k.dir, step, shards, state_json(step), world_, so);
+  }
+  last_save_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return path;
+}
+
+std::string TrainCheckpointer::finish() { return async_.wait(world_); }
+
+}  // namespace hyperpar::train

@@ -1,0 +1,111 @@
+// hyperpar-ckpt: looks into checkpoints (checkpoint/checkpoint.h).
+//
+//   hyperpar-ckpt inspect ckpt/step-10     one checkpoint
+//   hyperpar-ckpt inspect ckpt             the newest complete one in a checkpoint.dir
+//
+// Prints the step and the layout it was saved from, every tensor with its global shape,
+// dtype and boxes (offsets, sizes, file), and the manifest check (sizes and XXH64 of every
+// file). Exit 0 when the checkpoint is intact, 2 when it is not (or cannot be read).
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "hyperpar/checkpoint/checkpoint.h"
+#include "hyperpar/checkpoint/manifest.h"
+#include "hyperpar/core/format.h"
+#include "hyperpar/nn/safetensors.h"
+
+using namespace hyperpar;
+
+namespace {
+
+int inspect(std::string path) {
+  if (!std::filesystem::exists(path + "/manifest.json")) {
+    const std::string newest = checkpoint::latest_complete(path);
+    if (newest.empty()) {
+      std::cerr << "hyperpar-ckpt: " << path << " is neither a complete checkpoint nor a "
+                << "directory holding one\n";
+      return 2;
+    }
+    path = newest;
+  }
+  std::cout << "checkpoint " << path << "\n";
+  std::ifstream sf(path + "/hyperpar_state.json");
+  std::stringstream state;
+  state << sf.rdbuf();
+  if (!state.str().empty()) {
+    const YAML::Node st = YAML::Load(state.str());
+    std::cout << "  step " << st["step"].as<std::string>("?") << ", saved on "
+              << st["world_size"].as<std::string>("?") << " ranks, layout "
+              << YAML::Dump(st["layout"]).substr(0) << ", hyperpar "
+              << st["hyperpar_version"].as<std::string>("?") << "\n";
+  }
+  const auto manifest = checkpoint::read_manifest(path + "/manifest.json");
+  struct Chunk {
+    std::vector<int64_t> offsets, sizes;
+    std::string file, dtype;
+  };
+  std::map<std::string, std::vector<Chunk>> tensors;
+  for (const auto& [name, d] : manifest) {
+    if (name.size() < 12 || name.compare(name.size() - 12, 12, ".safetensors") != 0) continue;
+    if (!std::filesystem::exists(path + "/" + name)) continue;  // reported by the check below
+    const nn::SafetensorsFile f(path + "/" + name);
+    YAML::Node info;
+    auto it = f.metadata().find("DCP_SHARDING_INFO");
+    if (it != f.metadata().end()) info = YAML::Load(it->second);
+    for (const auto& [fqn, e] : f.entries()) {
+      Chunk c{std::vector<int64_t>(e.shape.size(), 0), e.shape, name, c10::toString(e.dtype)};
+      if (info && info[fqn]) c.offsets = info[fqn]["saved_offsets"].as<std::vector<int64_t>>();
+      tensors[fqn].push_back(c);
+    }
+  }
+  std::cout << "  " << tensors.size() << " tensors:\n";
+  for (auto& [fqn, chunks] : tensors) {
+    std::vector<int64_t> shape(chunks.front().sizes.size(), 0);
+    for (const auto& c : chunks)
+      for (size_t d = 0; d < shape.size(); ++d)
+        shape[d] = std::max(shape[d], c.offsets[d] + c.sizes[d]);
+    std::cout << "  " << fqn << "  " << chunks.front().dtype << " " << format_list(shape) << "  "
+              << chunks.size() << (chunks.size() == 1 ? " box" : " boxes") << "\n";
+    for (const auto& c : chunks)
+      std::cout << "      offsets " << format_list(c.offsets) << " sizes " << format_list(c.sizes)
+                << "  " << c.file << "\n";
+  }
+  const auto problems = checkpoint::verify(path, manifest);
+  if (problems.empty()) {
+    std::cout << "  manifest: " << manifest.size() << " files, sizes and xxh64 all match\n";
+    return 0;
+  }
+  std::cout << "  manifest: " << problems.size() << " problem(s):\n";
+  for (const auto& p : problems) std::cout << "    " << p << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hyperpar-ckpt: inspect hyperpar / PyTorch DCP safetensors checkpoints"};
+  app.require_subcommand(1);
+  std::string dir;
+  auto* ins = app.add_subcommand("inspect", "step, layout, tensors, boxes and manifest check");
+  ins->add_option("dir", dir, "a checkpoint (DIR/step-N) or a checkpoint.dir")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    return inspect(dir);
+  } catch (const std::exception& e) {
+    std::cerr << "hyperpar-ckpt: " << e.what() << "\n";
+    return 2;
+  }
+}
