@@ -18,6 +18,7 @@
 #include "hyperpar/core/process_memory.h"
 #include "hyperpar/train/parallel_model.h"
 #include "hyperpar/train/trainer.h"
+#include "large_model.h"
 
 using namespace hyperpar;
 
@@ -31,21 +32,13 @@ int main(int argc, char** argv) {
   }
   return comm::run_main([&] {
     auto world = comm::World::from_env();
-    train::Config c;
-    c.model.vocab_size = 32000;
-    c.model.dim = 4096;
-    c.model.n_layers = 8;
-    c.model.n_heads = 32;
-    c.model.n_kv_heads = 8;
-    c.model.ffn_hidden = 11008;
-    c.parallel.tp = world->size() % 2 == 0 ? 2 : 1;
+    train::Config c = bench::large_model_config(world->size());
     if (moe) {
       c.model.n_experts = 8;
       c.model.top_k = 2;
       c.model.moe_layers = {7};
       c.parallel.ep = world->size() % 4 == 0 ? 2 : 1;
     }
-    c.parallel.init_on_meta = true;
     train::validate(c, world->size());
     at::ones({4}).sum();  // load kernels before the baseline
     const double baseline = resident_mb();

@@ -6,7 +6,7 @@
 
 namespace hyperpar::checkpoint {
 
-AsyncSaver::AsyncSaver() = default;
+AsyncSaver::AsyncSaver() : pool_(std::make_unique<StagingPool>()) {}
 
 AsyncSaver::~AsyncSaver() {
   // Without the world at hand no collective is possible: just let the files be finished.
@@ -18,7 +18,7 @@ void AsyncSaver::start(const std::string& dir, int64_t step, const std::vector<T
                        double wait_s) {
   wait(world);
   staged_ = std::make_unique<StagedSave>(
-      stage_save(dir, step, shards, state_json, world, o, /*copy=*/true));
+      stage_save(dir, step, shards, state_json, world, o, pool_.get()));
   error_.clear();
   thread_ = std::thread([this, wait_s] {
     try {

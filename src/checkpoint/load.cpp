@@ -57,21 +57,44 @@ std::vector<int64_t> global_shape_of(const std::vector<SavedChunk>& cs) {
 
 // Copies the parts of the saved chunks that intersect this rank's boxes; returns the number
 // of elements written (to check that every element was found).
+// Copies the parts of the saved chunks that intersect this rank's boxes; returns the number
+// of elements written (to check that every element was found). Copies go in slabs of rows
+// of at most kSlabBytes of file data, each released from resident memory once copied, so
+// loading adds at most one slab to the rank's memory, whatever the tensor sizes.
+constexpr int64_t kSlabBytes = 16 << 20;
+
 int64_t read_into(const TensorShard& s, const std::vector<SavedChunk>& chunks) {
   int64_t written = 0;
-  for (const Box& mine : boxes_of(s.ranges)) {
-    for (const auto& c : chunks) {
-      const auto inter = intersect(mine, c.box);
+  const auto mine = boxes_of(s.ranges);
+  for (const auto& c : chunks) {
+    const at::Tensor chunk = c.file->view(s.fqn);
+    const int64_t row_bytes = chunk.dim() == 0 || chunk.size(0) == 0
+                                  ? static_cast<int64_t>(chunk.nbytes())
+                                  : static_cast<int64_t>(chunk.nbytes()) / chunk.size(0);
+    for (const Box& box : mine) {
+      const auto inter = intersect(box, c.box);
       if (!inter) continue;
-      at::Tensor src = c.file->view(s.fqn);
-      at::Tensor dst = s.local;
-      for (size_t d = 0; d < inter->sizes.size(); ++d) {
+      at::Tensor src = chunk, dst = s.local;
+      for (size_t d = 1; d < inter->sizes.size(); ++d) {
         const auto dim = static_cast<int64_t>(d);
         src = src.narrow(dim, inter->offsets[d] - c.box.offsets[d], inter->sizes[d]);
-        dst = dst.narrow(dim, mine.local_offsets[d] + inter->offsets[d] - mine.offsets[d],
+        dst = dst.narrow(dim, box.local_offsets[d] + inter->offsets[d] - box.offsets[d],
                          inter->sizes[d]);
       }
-      dst.copy_(src);
+      if (inter->sizes.empty()) {  // a 0-dim tensor
+        dst.copy_(src);
+        written += 1;
+        continue;
+      }
+      const int64_t src0 = inter->offsets[0] - c.box.offsets[0];
+      const int64_t dst0 = box.local_offsets[0] + inter->offsets[0] - box.offsets[0];
+      const int64_t slab = std::max<int64_t>(1, kSlabBytes / std::max<int64_t>(1, row_bytes));
+      for (int64_t r = 0; r < inter->sizes[0]; r += slab) {
+        const int64_t n = std::min(slab, inter->sizes[0] - r);
+        dst.narrow(0, dst0 + r, n).copy_(src.narrow(0, src0 + r, n));
+        c.file->release(s.fqn, static_cast<size_t>((src0 + r) * row_bytes),
+                        static_cast<size_t>((src0 + r + n) * row_bytes));
+      }
       written += inter->numel();
     }
   }

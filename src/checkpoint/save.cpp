@@ -46,7 +46,7 @@ at::Tensor box_data(const at::Tensor& local, const Box& box) {
 }
 
 // This rank's boxes grouped into files: part k holds the k-th box of every tensor.
-void stage_parts(StagedSave& st, const std::vector<TensorShard>& shards, bool copy) {
+void stage_parts(StagedSave& st, const std::vector<TensorShard>& shards, StagingPool* pool) {
   at::NoGradGuard no_grad;
   for (const auto& s : shards) {
     if (!s.writer) continue;
@@ -55,7 +55,13 @@ void stage_parts(StagedSave& st, const std::vector<TensorShard>& shards, bool co
     for (size_t k = 0; k < boxes.size(); ++k) {
       at::Tensor data = box_data(s.local.detach(), boxes[k]);
       // Asynchronous saves copy the shards: training goes on updating the originals.
-      if (copy) data = data.clone();
+      if (pool) {
+        at::Tensor& buf = (*pool)[s.fqn + "#" + std::to_string(k)];
+        if (!buf.defined() || buf.sizes() != data.sizes() || buf.dtype() != data.dtype())
+          buf = at::empty(data.sizes(), data.options());
+        buf.copy_(data);
+        data = buf;
+      }
       st.parts[k].push_back({s.fqn, data});
       std::string& info = st.infos[k];
       info += (info.empty() ? "" : ", ") + std::string("\"") + s.fqn +
@@ -150,7 +156,7 @@ void finalise_staged(const StagedSave& st, double wait_s) {
 
 StagedSave stage_save(const std::string& dir, int64_t step, const std::vector<TensorShard>& shards,
                       const std::string& state_json, comm::World& world, const SaveOptions& o,
-                      bool copy) {
+                      StagingPool* pool) {
   StagedSave st;
   st.dir = dir;
   st.step = step;
@@ -161,7 +167,7 @@ StagedSave stage_save(const std::string& dir, int64_t step, const std::vector<Te
   const int64_t id = detail::broadcast_from_rank0(world, record::now_ns());
   st.tmp = dir + "/step-" + std::to_string(step) + ".tmp-" + std::to_string(id);
   st.final_path = dir + "/step-" + std::to_string(step);
-  stage_parts(st, shards, copy);
+  stage_parts(st, shards, pool);
   return st;
 }
 
@@ -196,7 +202,7 @@ std::string latest_complete(const std::string& dir) {
 
 std::string save(const std::string& dir, int64_t step, const std::vector<TensorShard>& shards,
                  const std::string& state_json, comm::World& world, const SaveOptions& o) {
-  StagedSave st = stage_save(dir, step, shards, state_json, world, o, /*copy=*/false);
+  StagedSave st = stage_save(dir, step, shards, state_json, world, o, /*pool=*/nullptr);
   std::string error;
   try {
     write_staged(st);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -160,6 +161,21 @@ at::Tensor SafetensorsFile::view(const std::string& name) const {
   HP_CHECK(it != entries_.end(), "safetensors: ", path_, " has no tensor ", name);
   auto* base = static_cast<unsigned char*>(map_) + data_start_ + it->second.begin;
   return at::from_blob(base, it->second.shape, at::TensorOptions().dtype(it->second.dtype));
+}
+
+void SafetensorsFile::release(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it != entries_.end()) release(name, 0, it->second.end - it->second.begin);
+}
+
+void SafetensorsFile::release(const std::string& name, size_t begin, size_t end) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end() || map_ == MAP_FAILED || end <= begin) return;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t lo = (data_start_ + it->second.begin + begin) / page * page;
+  const size_t hi =
+      data_start_ + it->second.begin + std::min(end, it->second.end - it->second.begin);
+  if (hi > lo) madvise(static_cast<char*>(map_) + lo, hi - lo, MADV_DONTNEED);
 }
 
 void save_safetensors(Module& model, const std::string& path, bool write) {

@@ -140,6 +140,20 @@ check "preemption: the step and the checkpoint are named" grep -qE "preempted \(
 check "preemption: that checkpoint is complete" quiet "$ckpt" inspect "$tmp/P"
 cleanup_job "$d"
 
+# Preemption of one worker (a scheduler signalling it directly): every rank stops after the
+# same step, the checkpoint is saved, the job ends with 143.
+d="$tmp/l_pre1"
+setsid "$run" --worker_num 8 --log_dir "$d" "$train" "${cfg[@]}" --set train.steps=100000 --set checkpoint.dir="$tmp/P1" >"$d.out" 2>&1 &
+launcher=$!
+wait_for_text "$d/worker_0.log" "step    3 " 120 >/dev/null
+kill -TERM "$(program_pid "$d" 5)"
+timeout 60 tail --pid="$launcher" -f /dev/null
+wait "$launcher"; rc=$?
+check "preempting worker 5: the job exits 143 (rc $rc)" [ "$rc" = 143 ]
+check "preempting worker 5: every rank stopped after the same step" bash -c "[ \$(grep -ho 'preempted (Terminated) after step [0-9]*' '$d'/worker_*.log | sort -u | wc -l) = 1 ] && [ \$(grep -l 'preempted (Terminated)' '$d'/worker_*.log | wc -l) = 8 ]"
+check "preempting worker 5: its checkpoint is complete" quiet "$ckpt" inspect "$tmp/P1"
+cleanup_job "$d"
+
 # --max_restarts: kill a worker after step 6 of 20 (interval 5): the job restarts from
 # step 5 and its losses equal the uninterrupted run's.
 d="$tmp/l_restart"

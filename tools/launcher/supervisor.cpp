@@ -101,6 +101,10 @@ int finish(const LaunchOptions& o, int first_rank, int count, int fallback_code)
   }
   if (!text.empty()) std::cerr << text;
   if (rep.culprit) return rep.culprit->code ? rep.culprit->code : 1;
+  // No failure, but workers that stopped on request (e.g. a preempted trainer, signalled
+  // directly by a scheduler) ended non-zero: pass their status on.
+  for (const auto& w : rep.workers)
+    if (w.ending == Ending::kStopped && w.code != 0) return w.code;
   return fallback_code;
 }
 

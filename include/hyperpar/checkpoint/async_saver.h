@@ -1,7 +1,8 @@
 #pragma once
 // Asynchronous checkpoint saves (checkpoint.async: true). start() runs on the training
 // thread: it agrees on the directory with the other ranks (one broadcast) and copies this
-// rank's boxes into staging tensors, then returns; a background thread writes and fsyncs
+// rank's boxes into staging tensors (allocated by the first save, reused by the next ones),
+// then returns; a background thread writes and fsyncs
 // the files, and on rank 0 waits for every rank's files (through their rank manifests, so
 // that the background threads never issue a collective) and finalises the checkpoint.
 // wait() (the next start(), the end of training, the destructor) joins the thread and, as a
@@ -11,6 +12,9 @@
 //   saver.start("ckpt", step, shards, state_json, world, opts, /*wait_s=*/100);  // returns fast
 //   ... next steps ...
 //   saver.wait(world);  // DIR/step-N is complete (or every rank threw)
+#include <ATen/core/Tensor.h>
+
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,6 +25,7 @@
 namespace hyperpar::checkpoint {
 
 struct StagedSave;
+using StagingPool = std::map<std::string, at::Tensor>;
 
 class AsyncSaver {
  public:
@@ -38,6 +43,7 @@ class AsyncSaver {
  private:
   std::thread thread_;
   std::unique_ptr<StagedSave> staged_;
+  std::unique_ptr<StagingPool> pool_;  // staging buffers, reused by every later save
   std::string error_;
 };
 

@@ -52,6 +52,12 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   /// A CPU tensor viewing the mapped bytes of `name` (valid while this object lives).
   at::Tensor view(const std::string& name) const;
+  /// Drops the mapped pages of `name` from this process's resident memory (they are read
+  /// again from the page cache if viewed later), so reading a checkpoint box by box never
+  /// holds more than one box's file pages.
+  void release(const std::string& name) const;
+  /// The same for bytes [begin, end) of `name`'s data.
+  void release(const std::string& name, size_t begin, size_t end) const;
 
  private:
   std::string path_;
