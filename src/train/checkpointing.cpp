@@ -31,8 +31,16 @@ std::string TrainCheckpointer::state_json(int64_t step) const {
      << ", \"layout\": {\"dp_replicate\": " << p.dp_replicate << ", \"dp_shard\": " << p.dp_shard
      << ", \"tp\": " << p.tp << ", \"ep\": " << p.ep << ", \"expert_tp\": " << p.expert_tp << "}"
      << ", \"model\": {\"vocab_size\": " << c_.model.vocab_size << ", \"dim\": " << c_.model.dim
-     << ", \"n_layers\": " << c_.model.n_layers << ", \"n_experts\": " << c_.model.n_experts
-     << "}, \"hyperpar_version\": \"" << kVersion << "\"}";
+     << ", \"n_layers\": " << c_.model.n_layers << ", \"n_heads\": " << c_.model.n_heads
+     << ", \"n_kv_heads\": " << c_.model.n_kv_heads << ", \"ffn_hidden\": " << c_.model.ffn_hidden
+     << ", \"n_experts\": " << c_.model.n_experts << ", \"top_k\": " << c_.model.top_k << "}"
+     << ", \"train\": {\"steps\": " << c_.train.steps
+     << ", \"global_batch_size\": " << c_.train.global_batch_size
+     << ", \"micro_batches\": " << c_.train.micro_batches << ", \"seq_len\": " << c_.train.seq_len
+     << ", \"lr\": " << c_.train.lr << ", \"warmup_steps\": " << c_.train.warmup_steps
+     << ", \"weight_decay\": " << c_.train.weight_decay << ", \"grad_clip\": " << c_.train.grad_clip
+     << "}, \"rng\": \"counter-based (Philox keyed by seed); no other random state\""
+     << ", \"hyperpar_version\": \"" << kVersion << "\"}";
   return os.str();
 }
 

@@ -7,8 +7,10 @@
 // - after_step(): saves every checkpoint.interval steps, and when `force` (preemption);
 //   synchronously, or in the background with checkpoint.async.
 // - finish(): waits for a save in flight (end of training, preemption).
-// The non-tensor state (hyperpar_state.json): step, optimizer steps, seed, world size and
-// layout, hyperpar's version.
+// The non-tensor state (hyperpar_state.json): step, optimizer steps, seed, the data position
+// (the next step: synthetic batches are a function of (seed, step)), world size and layout,
+// the model and train settings, hyperpar's version. The learning-rate schedule is a function
+// of the step; the only randomness (init) is counter-based, so no RNG state is needed.
 #include <memory>
 #include <string>
 
