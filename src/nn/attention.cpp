@@ -1,27 +1,54 @@
 #include "hyperpar/nn/attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "hyperpar/core/error.h"
 
 namespace hyperpar::nn {
 
+namespace {
+
+// cos/sin tables [1, S, 1, hd/2] per (S, hd, base, dtype), built once (angles in double,
+// rounded once) and reused by every layer and step: rebuilding them with a loop of pow()
+// per forward showed up in the single-process profile.
+struct RotaryKey {
+  int64_t seq, head_dim;
+  double base;
+  c10::ScalarType dtype;
+  bool operator<(const RotaryKey& o) const {
+    return std::tie(seq, head_dim, base, dtype) < std::tie(o.seq, o.head_dim, o.base, o.dtype);
+  }
+};
+
+std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t S, int64_t hd, double base,
+                                                c10::ScalarType dtype) {
+  static std::mutex mu;
+  static std::map<RotaryKey, std::pair<at::Tensor, at::Tensor>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const RotaryKey key{S, hd, base, dtype};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  at::NoGradGuard no_grad;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(at::kCPU);
+  at::Tensor theta = at::pow(base, at::arange(0, hd / 2, f64) * (-2.0 / static_cast<double>(hd)));
+  at::Tensor angles = at::outer(at::arange(0, S, f64), theta);  // [S, hd/2]
+  at::Tensor c = angles.cos().to(at::kFloat).to(dtype).view({1, S, 1, hd / 2});
+  at::Tensor s = angles.sin().to(at::kFloat).to(dtype).view({1, S, 1, hd / 2});
+  return cache.emplace(key, std::make_pair(c, s)).first->second;
+}
+
+}  // namespace
+
 at::Tensor apply_rotary(const at::Tensor& x, double base) {
   const int64_t S = x.size(1), hd = x.size(3);
   HP_CHECK(hd % 2 == 0, "rotary embedding needs an even head dim, got ", hd);
-  std::vector<float> cosv(S * hd / 2), sinv(S * hd / 2);
-  for (int64_t p = 0; p < S; ++p)
-    for (int64_t i = 0; i < hd / 2; ++i) {
-      const double theta = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-      const double a = static_cast<double>(p) * theta;
-      cosv[p * hd / 2 + i] = static_cast<float>(std::cos(a));
-      sinv[p * hd / 2 + i] = static_cast<float>(std::sin(a));
-    }
-  auto opts = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor c = at::tensor(cosv, opts).view({1, S, 1, hd / 2}).to(x.scalar_type());
-  at::Tensor s = at::tensor(sinv, opts).view({1, S, 1, hd / 2}).to(x.scalar_type());
+  const auto [c, s] = rotary_tables(S, hd, base, x.scalar_type());
   at::Tensor pairs = x.reshape({x.size(0), S, x.size(2), hd / 2, 2});
   at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
   at::Tensor re = even * c - odd * s, im = even * s + odd * c;
@@ -55,18 +82,16 @@ at::Tensor Attention::forward(const at::Tensor& x) {
   q = apply_rotary(q.view({B, S, h, head_dim}), rope_base);
   k = apply_rotary(k.view({B, S, kv, head_dim}), rope_base);
   v = v.view({B, S, kv, head_dim});
-  if (h != kv) {
-    k = k.repeat_interleave(h / kv, 2);
-    v = v.repeat_interleave(h / kv, 2);
-  }
   q = q.transpose(1, 2);  // [B, h, S, hd]
-  k = k.transpose(1, 2);
+  k = k.transpose(1, 2);  // [B, kv, S, hd]
   v = v.transpose(1, 2);
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
-  at::Tensor mask = at::ones({S, S}, at::TensorOptions().dtype(at::kBool)).triu(1);
-  scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
-  at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
-  at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({B, S, h * head_dim});
+  // LibTorch's fused attention: causal, scale 1/sqrt(hd), softmax accumulated in float32,
+  // KV heads shared by h/kv query heads without materialising the repeats (enable_gqa).
+  at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt,
+                                                    /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                    /*scale=*/std::nullopt,
+                                                    /*enable_gqa=*/h != kv);
+  out = out.transpose(1, 2).reshape({B, S, h * head_dim});
   return (*wo)(out);
 }
 
