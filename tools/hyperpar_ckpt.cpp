@@ -19,6 +19,7 @@
 
 #include "hyperpar/checkpoint/checkpoint.h"
 #include "hyperpar/checkpoint/manifest.h"
+#include "hyperpar/checkpoint/saved_index.h"
 #include "hyperpar/core/format.h"
 #include "hyperpar/nn/safetensors.h"
 
@@ -48,35 +49,20 @@ int inspect(std::string path) {
               << st["hyperpar_version"].as<std::string>("?") << "\n";
   }
   const auto manifest = checkpoint::read_manifest(path + "/manifest.json");
-  struct Chunk {
-    std::vector<int64_t> offsets, sizes;
-    std::string file, dtype;
-  };
-  std::map<std::string, std::vector<Chunk>> tensors;
-  for (const auto& [name, d] : manifest) {
-    if (name.size() < 12 || name.compare(name.size() - 12, 12, ".safetensors") != 0) continue;
-    if (!std::filesystem::exists(path + "/" + name)) continue;  // reported by the check below
-    const nn::SafetensorsFile f(path + "/" + name);
-    YAML::Node info;
-    auto it = f.metadata().find("DCP_SHARDING_INFO");
-    if (it != f.metadata().end()) info = YAML::Load(it->second);
-    for (const auto& [fqn, e] : f.entries()) {
-      Chunk c{std::vector<int64_t>(e.shape.size(), 0), e.shape, name, c10::toString(e.dtype)};
-      if (info && info[fqn]) c.offsets = info[fqn]["saved_offsets"].as<std::vector<int64_t>>();
-      tensors[fqn].push_back(c);
-    }
-  }
-  std::cout << "  " << tensors.size() << " tensors:\n";
-  for (auto& [fqn, chunks] : tensors) {
-    std::vector<int64_t> shape(chunks.front().sizes.size(), 0);
+  std::vector<std::string> present;  // missing files are reported by the check below
+  for (const auto& [name, d] : manifest)
+    if (std::filesystem::exists(path + "/" + name)) present.push_back(name);
+  const checkpoint::SavedIndex index(path, present);
+  std::cout << "  " << index.chunks().size() << " tensors:\n";
+  for (const auto& [fqn, chunks] : index.chunks()) {
+    const auto& e = chunks.front().file->entries().at(fqn);
+    std::cout << "  " << fqn << "  " << c10::toString(e.dtype) << " "
+              << format_list(checkpoint::SavedIndex::global_shape(chunks)) << "  " << chunks.size()
+              << (chunks.size() == 1 ? " box" : " boxes") << "\n";
     for (const auto& c : chunks)
-      for (size_t d = 0; d < shape.size(); ++d)
-        shape[d] = std::max(shape[d], c.offsets[d] + c.sizes[d]);
-    std::cout << "  " << fqn << "  " << chunks.front().dtype << " " << format_list(shape) << "  "
-              << chunks.size() << (chunks.size() == 1 ? " box" : " boxes") << "\n";
-    for (const auto& c : chunks)
-      std::cout << "      offsets " << format_list(c.offsets) << " sizes " << format_list(c.sizes)
-                << "  " << c.file << "\n";
+      std::cout << "      offsets " << format_list(c.box.offsets) << " sizes "
+                << format_list(c.box.sizes) << "  "
+                << std::filesystem::path(c.file->path()).filename().string() << "\n";
   }
   const auto problems = checkpoint::verify(path, manifest);
   if (problems.empty()) {

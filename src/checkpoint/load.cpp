@@ -13,6 +13,7 @@
 #include "hyperpar/checkpoint/boxes.h"
 #include "hyperpar/checkpoint/checkpoint.h"
 #include "hyperpar/checkpoint/manifest.h"
+#include "hyperpar/checkpoint/saved_index.h"
 #include "hyperpar/core/error.h"
 #include "hyperpar/core/format.h"
 #include "hyperpar/nn/safetensors.h"
@@ -21,42 +22,6 @@ namespace hyperpar::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-struct SavedChunk {
-  const nn::SafetensorsFile* file;
-  Box box;
-};
-
-// Every *.safetensors file of the checkpoint: which boxes of which tensors it holds.
-std::map<std::string, std::vector<SavedChunk>> index_chunks(
-    const std::vector<std::unique_ptr<nn::SafetensorsFile>>& files) {
-  std::map<std::string, std::vector<SavedChunk>> chunks;
-  for (const auto& f : files) {
-    YAML::Node info;
-    auto it = f->metadata().find("DCP_SHARDING_INFO");
-    if (it != f->metadata().end()) info = YAML::Load(it->second);
-    for (const auto& [fqn, e] : f->entries()) {
-      Box b;
-      b.sizes = e.shape;
-      b.offsets.assign(e.shape.size(), 0);  // no sharding info: the whole tensor
-      if (info && info[fqn]) b.offsets = info[fqn]["saved_offsets"].as<std::vector<int64_t>>();
-      HP_CHECK(b.offsets.size() == b.sizes.size(), "checkpoint: ", f->path(), ": saved_offsets of ",
-               fqn, " have ", b.offsets.size(), " dims, the tensor ", b.sizes.size());
-      chunks[fqn].push_back({f.get(), b});
-    }
-  }
-  return chunks;
-}
-
-std::vector<int64_t> global_shape_of(const std::vector<SavedChunk>& cs) {
-  std::vector<int64_t> shape(cs.front().box.sizes.size(), 0);
-  for (const auto& c : cs)
-    for (size_t d = 0; d < shape.size(); ++d)
-      shape[d] = std::max(shape[d], c.box.offsets[d] + c.box.sizes[d]);
-  return shape;
-}
-
-// Copies the parts of the saved chunks that intersect this rank's boxes; returns the number
-// of elements written (to check that every element was found).
 // Copies the parts of the saved chunks that intersect this rank's boxes; returns the number
 // of elements written (to check that every element was found). Copies go in slabs of rows
 // of at most kSlabBytes of file data, each released from resident memory once copied, so
@@ -144,11 +109,10 @@ LoadResult load(const std::string& path, const std::vector<TensorShard>& shards,
                                    : error + "\nnothing was loaded");
 
   // 2. Names and shapes (the same on every rank: no collective needed to agree).
-  std::vector<std::unique_ptr<nn::SafetensorsFile>> files;
-  for (const auto& [name, d] : manifest)
-    if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0)
-      files.push_back(std::make_unique<nn::SafetensorsFile>(path + "/" + name));
-  const auto chunks = index_chunks(files);
+  std::vector<std::string> names;
+  for (const auto& [name, d] : manifest) names.push_back(name);
+  const SavedIndex index(path, names);
+  const auto& chunks = index.chunks();
   LoadResult result;
   std::vector<std::string> missing, mismatched;
   std::set<std::string> expected;
@@ -162,7 +126,7 @@ LoadResult load(const std::string& path, const std::vector<TensorShard>& shards,
         missing.push_back(s.fqn);
       continue;
     }
-    const auto saved = global_shape_of(it->second);
+    const auto saved = SavedIndex::global_shape(it->second);
     if (saved != s.global_shape)
       mismatched.push_back(s.fqn + " (checkpoint " + format_list(saved) + ", model " +
                            format_list(s.global_shape) + ")");

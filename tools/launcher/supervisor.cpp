@@ -22,8 +22,8 @@ namespace hyperpar::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// The launcher waits this long after stopping the workers before it SIGKILLs what is left;
-// each shim's own grace (SIGTERM -> SIGKILL of its program) is shorter.
+// After a failure the launcher stops the other workers and SIGKILLs their shims after this
+// long (their programs die with them): nothing is saved for a job that already failed.
 constexpr auto kStopGrace = std::chrono::seconds(8);
 
 std::chrono::milliseconds forwarded_grace(const LaunchOptions& o) {
@@ -45,6 +45,20 @@ void install_signal_handlers() {
 }
 
 bool alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// Pids the shims recorded (LOG_DIR/worker_R.pid): under mpirun, the launcher's only way to
+// reach its workers.
+std::vector<pid_t> recorded_pids(const LaunchOptions& o, std::initializer_list<const char*> keys) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < o.worker_num; ++r) {
+    const auto rec = record::read(record::path(o.log_dir, r, "pid"));
+    for (const char* k : keys) {
+      auto it = rec.find(k);
+      if (it != rec.end()) pids.push_back(static_cast<pid_t>(std::stol(it->second)));
+    }
+  }
+  return pids;
+}
 
 // Processes whose parent is this launcher (from /proc/<pid>/stat).
 std::vector<pid_t> children_of_self() {
@@ -194,40 +208,25 @@ int attempt_mpirun(const LaunchOptions& o, const std::string& self_exe) {
     _exit(127);
   }
   setpgid(mpirun, mpirun);
-  auto worker_pids = [&] {
-    std::vector<pid_t> pids;
-    for (int r = 0; r < o.worker_num; ++r) {
-      const auto rec = record::read(record::path(o.log_dir, r, "pid"));
-      for (const char* k : {"shim", "program"}) {
-        auto it = rec.find(k);
-        if (it != rec.end()) pids.push_back(static_cast<pid_t>(std::stol(it->second)));
-      }
-    }
-    return pids;
-  };
   std::optional<Clock::time_point> kill_at;
   int forwarded = 0;
   int status = 0;
   while (true) {
     if (g_signal && forwarded != g_signal) {
       forwarded = g_signal;
-      for (int r = 0; r < o.worker_num; ++r) {
-        const auto rec = record::read(record::path(o.log_dir, r, "pid"));
-        auto it = rec.find("shim");
-        if (it != rec.end()) kill(static_cast<pid_t>(std::stol(it->second)), g_signal);
-      }
+      for (pid_t p : recorded_pids(o, {"shim"})) kill(p, g_signal);
       kill_at = Clock::now() + forwarded_grace(o);
     }
     const pid_t r = waitpid(mpirun, &status, WNOHANG);
     if (r == mpirun || (r < 0 && errno == ECHILD)) break;
     if (kill_at && Clock::now() > *kill_at) {
       kill(-mpirun, SIGKILL);
-      for (pid_t p : worker_pids()) kill(p, SIGKILL);
+      for (pid_t p : recorded_pids(o, {"shim", "program"})) kill(p, SIGKILL);
     }
     usleep(20000);
   }
   // mpirun is gone; any shim or program it left behind is ours now (subreaper).
-  const auto left = worker_pids();
+  const auto left = recorded_pids(o, {"shim", "program"});
   for (pid_t p : left)
     if (alive(p)) kill(p, SIGTERM);
   reap_all(left, Clock::now() + std::chrono::seconds(5));
