@@ -19,9 +19,12 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import torch' >/dev/null 
   python3 -m venv .venv
   .venv/bin/pip install -q torch==2.13.0
 fi
-# Test-only: PyTorch DCP's safetensors reader/writer (checkpoint interop tests) needs them.
-if ! .venv/bin/python -c 'import safetensors, numpy' >/dev/null 2>&1; then
-  .venv/bin/pip install -q safetensors==0.8.0 numpy==2.2.6
+# Test-only: PyTorch DCP's safetensors reader/writer (checkpoint interop tests) needs
+# safetensors and numpy; the Hugging Face interop tests and scripts/tokenize_hf.py need
+# transformers and tokenizers.
+if ! .venv/bin/python -c 'import safetensors, numpy, transformers, tokenizers' >/dev/null 2>&1 ||
+   [ "$(.venv/bin/python -c 'import transformers; print(transformers.__version__)')" != 5.25.0 ]; then
+  .venv/bin/pip install -q safetensors==0.8.0 numpy==2.2.6 transformers==5.25.0 tokenizers==0.23.3
 fi
 TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${HYPERPAR_BUILD_TYPE:-Release}" \

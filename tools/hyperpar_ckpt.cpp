@@ -1,7 +1,8 @@
-// hyperpar-ckpt: looks into checkpoints (checkpoint/checkpoint.h).
+// hyperpar-ckpt: looks into checkpoints (checkpoint/checkpoint.h) and converts them.
 //
 //   hyperpar-ckpt inspect ckpt/step-10     one checkpoint
 //   hyperpar-ckpt inspect ckpt             the newest complete one in a checkpoint.dir
+//   hyperpar-ckpt export --hf OUT ckpt     a Hugging Face model directory (hf_export.h)
 //
 // Prints the step and the layout it was saved from, every tensor with its global shape,
 // dtype and boxes (offsets, sizes, file), and the manifest check (sizes and XXH64 of every
@@ -18,6 +19,7 @@
 #include <sstream>
 
 #include "hyperpar/checkpoint/checkpoint.h"
+#include "hyperpar/checkpoint/hf_export.h"
 #include "hyperpar/checkpoint/manifest.h"
 #include "hyperpar/checkpoint/saved_index.h"
 #include "hyperpar/core/format.h"
@@ -27,16 +29,31 @@ using namespace hyperpar;
 
 namespace {
 
+// A checkpoint (DIR/step-N) or the newest complete one in a checkpoint.dir.
+std::string resolve(const std::string& path) {
+  if (std::filesystem::exists(path + "/manifest.json")) return path;
+  const std::string newest = checkpoint::latest_complete(path);
+  if (newest.empty())
+    throw UsageError(path + " is neither a complete checkpoint nor a directory holding one");
+  return newest;
+}
+
+int export_hf(const std::string& out, const std::string& path, int64_t max_shard,
+              const std::string& dtype, bool overwrite) {
+  checkpoint::HFExportOptions o;
+  o.max_shard_bytes = max_shard;
+  o.dtype = dtype;
+  o.overwrite = overwrite;
+  const std::string dir = resolve(path);
+  const auto r = checkpoint::export_hf(dir, out, o);
+  std::cout << "hyperpar-ckpt: exported " << dir << " to " << out << " as " << r.architecture
+            << ": " << r.tensors << " tensors, " << r.bytes << " bytes (" << dtype << ") in "
+            << r.files.size() << (r.files.size() == 1 ? " file" : " files (with an index)") << "\n";
+  return 0;
+}
+
 int inspect(std::string path) {
-  if (!std::filesystem::exists(path + "/manifest.json")) {
-    const std::string newest = checkpoint::latest_complete(path);
-    if (newest.empty()) {
-      std::cerr << "hyperpar-ckpt: " << path << " is neither a complete checkpoint nor a "
-                << "directory holding one\n";
-      return 2;
-    }
-    path = newest;
-  }
+  path = resolve(path);
   std::cout << "checkpoint " << path << "\n";
   std::ifstream sf(path + "/hyperpar_state.json");
   std::stringstream state;
@@ -82,6 +99,15 @@ int main(int argc, char** argv) {
   std::string dir;
   auto* ins = app.add_subcommand("inspect", "step, layout, tensors, boxes and manifest check");
   ins->add_option("dir", dir, "a checkpoint (DIR/step-N) or a checkpoint.dir")->required();
+  std::string out, dtype = "float32";
+  int64_t max_shard = int64_t{5} << 30;
+  bool overwrite = false;
+  auto* exp = app.add_subcommand("export", "convert a checkpoint to another format");
+  exp->add_option("--hf", out, "write a Hugging Face model directory here")->required();
+  exp->add_option("--max_shard_size", max_shard, "bytes per weight file (5 GiB)");
+  exp->add_option("--dtype", dtype, "float32 (default) or bfloat16");
+  exp->add_flag("--overwrite", overwrite, "replace an earlier hyperpar export in OUT");
+  exp->add_option("dir", dir, "a checkpoint (DIR/step-N) or a checkpoint.dir")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -89,6 +115,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   try {
+    if (exp->parsed()) return export_hf(out, dir, max_shard, dtype, overwrite);
     return inspect(dir);
   } catch (const std::exception& e) {
     std::cerr << "hyperpar-ckpt: " << e.what() << "\n";

@@ -15,9 +15,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "hyperpar/checkpoint/hf_import.h"
 #include "hyperpar/comm/backend_choice.h"
 #include "hyperpar/comm/run_main.h"
 #include "hyperpar/comm/watchdog.h"
@@ -160,7 +162,7 @@ void check_metrics_path(const std::string& path) {
 int main(int argc, char** argv) {
   comm::prepare_process_output();
   CLI::App app{"hyperpar-train: N-D parallel Transformer training"};
-  std::string config_path, metrics, export_path;
+  std::string config_path, metrics, export_path, dump_first_batch;
   std::vector<std::string> sets;
   bool dry = false;
   int64_t world_size = -1, rank = -1;
@@ -170,6 +172,9 @@ int main(int argc, char** argv) {
   app.add_option("--export", export_path,
                  "after training, write the full model (every parameter's full tensor) to this "
                  "safetensors file (rank 0 writes)");
+  app.add_option("--dump-first-batch", dump_first_batch,
+                 "write the first step's tokens, targets and logits here (DIR/rows-F.safetensors, "
+                 "one file per data-parallel rank) for comparison with another implementation");
   app.add_flag("--dry-run", dry, "print meshes, placements, shapes and memory; launch nothing");
   app.add_option("--world-size", world_size, "dry run: world size");
   app.add_option("--rank", rank, "dry run: only this rank");
@@ -180,6 +185,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   train::Config cfg;
+  std::optional<data::DataLoader> data;
   const int64_t ws = dry ? (world_size > 0 ? world_size : 1) : launcher_world_size();
   try {
     cfg = train::load_config(config_path, sets);
@@ -209,6 +215,10 @@ int main(int argc, char** argv) {
       // From the dry-run estimator, before anything is allocated or communicated.
       train::check_memory_fits(train::estimate_memory(cfg, launcher_rank(), ws), launcher_rank(),
                                local_world_size());
+      // Every rank opens and checks the same files: bad data stops all of them alike.
+      const auto& t = cfg.train;
+      data.emplace(cfg.data, t.seq_len, cfg.model.vocab_size, t.global_batch_size, t.seed,
+                   t.eval_interval > 0 ? t.eval_batches : 0);
     }
   } catch (const UsageError& e) {
     std::cerr << "hyperpar-train: " << e.what() << "\n";
@@ -237,8 +247,19 @@ int main(int argc, char** argv) {
                 << cfg.parallel.dp_replicate << ", " << cfg.parallel.dp_shard << ", "
                 << cfg.parallel.tp << "), " << cfg.model.num_parameters()
                 << " parameters, peak RSS " << train::peak_rss_mb() << " MiB after materialisation"
-                << std::endl;
-    train::run_training(cfg, pm, *world, metrics);
+                << "\nhyperpar-train: data: " << data->describe() << std::endl;
+    if (!cfg.init_from.empty()) {
+      const std::string dir = cfg.init_from.substr(3);  // hf:DIR
+      checkpoint::load_hf(dir, *pm.model, checkpoint::read_hf_config(dir), *world);
+      if (world->rank() == 0)
+        std::cout << "hyperpar-train: initialised from " << cfg.init_from << " ("
+                  << checkpoint::hf_architecture(cfg.model) << ")" << std::endl;
+    }
+    train::TrainOptions opts;
+    opts.metrics_path = metrics;
+    opts.data = &*data;
+    opts.dump_first_batch = dump_first_batch;
+    train::run_training(cfg, pm, *world, opts);
     if (!export_path.empty()) {
       nn::save_safetensors(*pm.model, export_path, world->rank() == 0);
       if (world->rank() == 0)

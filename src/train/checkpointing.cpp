@@ -10,30 +10,39 @@
 #include "hyperpar/checkpoint/checkpoint.h"
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
+#include "hyperpar/core/format.h"
 
 namespace hyperpar::train {
 
 namespace {
 constexpr const char* kVersion = "0.1.0";
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
 }
+}  // namespace
 
 TrainCheckpointer::TrainCheckpointer(const Config& c, ParallelModel& pm, optim::Optimizer& opt,
-                                     comm::World& world)
-    : c_(c), pm_(pm), opt_(opt), world_(world) {}
+                                     comm::World& world, data::DataLoader& data)
+    : c_(c), pm_(pm), opt_(opt), world_(world), data_(data) {}
 
 std::string TrainCheckpointer::state_json(int64_t step) const {
   const auto& p = c_.parallel;
   std::ostringstream os;
   os << "{\"step\": " << step << ", \"optimizer_steps\": " << opt_.steps_taken()
      << ", \"optimizer\": \"" << c_.train.optimizer << "\", \"seed\": " << c_.train.seed
-     << ", \"data\": {\"kind\": \"synthetic\", \"next_step\": " << step + 1 << "}"
-     << ", \"world_size\": " << world_.size()
+     << ", \"data\": " << data_.state_json(step) << ", \"world_size\": " << world_.size()
      << ", \"layout\": {\"dp_replicate\": " << p.dp_replicate << ", \"dp_shard\": " << p.dp_shard
      << ", \"tp\": " << p.tp << ", \"ep\": " << p.ep << ", \"expert_tp\": " << p.expert_tp << "}"
      << ", \"model\": {\"vocab_size\": " << c_.model.vocab_size << ", \"dim\": " << c_.model.dim
      << ", \"n_layers\": " << c_.model.n_layers << ", \"n_heads\": " << c_.model.n_heads
      << ", \"n_kv_heads\": " << c_.model.n_kv_heads << ", \"ffn_hidden\": " << c_.model.ffn_hidden
-     << ", \"n_experts\": " << c_.model.n_experts << ", \"top_k\": " << c_.model.top_k << "}"
+     << ", \"n_experts\": " << c_.model.n_experts << ", \"top_k\": " << c_.model.top_k
+     << ", \"moe_layers\": " << format_list(c_.model.moe_layers)
+     << ", \"shared_expert\": " << (c_.model.shared_expert ? "true" : "false")
+     << ", \"norm_eps\": " << number(c_.model.norm_eps)
+     << ", \"rope_theta\": " << number(c_.model.rope_theta) << "}"
      << ", \"train\": {\"steps\": " << c_.train.steps
      << ", \"global_batch_size\": " << c_.train.global_batch_size
      << ", \"micro_batches\": " << c_.train.micro_batches << ", \"seq_len\": " << c_.train.seq_len
@@ -65,6 +74,18 @@ int64_t TrainCheckpointer::resume() {
   // A foreign checkpoint (PyTorch's) has weights but no step: training starts at step 1.
   const int64_t step = st["step"] ? st["step"].as<int64_t>() : 0;
   opt_.set_steps_taken(st["optimizer_steps"] ? st["optimizer_steps"].as<int64_t>() : step);
+  // The data position: samples consumed (older and foreign checkpoints: a full batch a step).
+  const YAML::Node d = st["data"];
+  const int64_t consumed = d && d["consumed_samples"] ? d["consumed_samples"].as<int64_t>()
+                                                      : step * c_.train.global_batch_size;
+  data_.resume_after(step, consumed);
+  const int64_t windows = d && d["train_windows"] ? d["train_windows"].as<int64_t>() : -1;
+  if (world_.rank() == 0 && windows >= 0 && windows != data_.train_windows())
+    std::printf(
+        "hyperpar-train: note: the checkpoint was saved with %lld training windows, the data "
+        "now has %lld (changed data or seq_len); continuing after %lld samples\n",
+        static_cast<long long>(windows), static_cast<long long>(data_.train_windows()),
+        static_cast<long long>(consumed));
   if (world_.rank() == 0) {
     std::printf(
         "hyperpar-train: resumed from %s (step %lld, saved on %lld ranks); continuing at "

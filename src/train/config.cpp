@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "hyperpar/checkpoint/hf_config.h"
+
 namespace hyperpar::train {
 namespace {
 
@@ -42,6 +44,11 @@ std::map<std::string, Setter> setters() {
   HP_INT(model, n_heads, "model.n_heads");
   HP_INT(model, n_kv_heads, "model.n_kv_heads");
   HP_INT(model, ffn_hidden, "model.ffn_hidden");
+  HP_DBL(model, norm_eps, "model.norm_eps");
+  HP_DBL(model, rope_theta, "model.rope_theta");
+  m["model.init_from"] = [](Config& c, const YAML::Node& n) {
+    c.init_from = as<std::string>(n, "model.init_from");
+  };
   HP_INT(model, n_experts, "model.moe.n_experts");
   HP_INT(model, top_k, "model.moe.top_k");
   HP_BOOL(model, shared_expert, "model.moe.shared_expert");
@@ -92,6 +99,22 @@ std::map<std::string, Setter> setters() {
   m["train.optimizer"] = [](Config& c, const YAML::Node& n) {
     c.train.optimizer = as<std::string>(n, "train.optimizer");
   };
+  HP_INT(train, eval_interval, "train.eval_interval");
+  HP_INT(train, eval_batches, "train.eval_batches");
+  HP_BOOL(data, synthetic, "data.synthetic");
+  m["data.path"] = [](Config& c, const YAML::Node& n) {
+    c.data.path = as<std::string>(n, "data.path");
+  };
+  m["data.val_path"] = [](Config& c, const YAML::Node& n) {
+    c.data.val_path = as<std::string>(n, "data.val_path");
+  };
+  m["data.format"] = [](Config& c, const YAML::Node& n) {
+    c.data.format = as<std::string>(n, "data.format");
+  };
+  HP_DBL(data, val_fraction, "data.val_fraction");
+  m["data.shuffle_seed"] = [](Config& c, const YAML::Node& n) {
+    c.data.shuffle_seed = as<uint64_t>(n, "data.shuffle_seed");
+  };
   m["comm.backend"] = [](Config& c, const YAML::Node& n) {
     c.comm.backend = as<std::string>(n, "comm.backend");
   };
@@ -125,6 +148,7 @@ void apply_node(Config& c, const YAML::Node& node, const std::string& prefix,
     auto it = s.find(key);
     if (it != s.end()) {
       it->second(c, kv.second);
+      c.keys_given.emplace_back(key, YAML::Dump(kv.second));
       continue;
     }
     if (kv.second.IsMap()) {
@@ -137,6 +161,47 @@ void apply_node(Config& c, const YAML::Node& node, const std::string& prefix,
     }
     throw ConfigError("config: unknown key '" + key + "'");
   }
+}
+
+// model.init_from: hf:DIR replaces the model section by DIR/config.json; a model key the
+// config also gives must agree with it.
+void apply_init_from(Config& c) {
+  const std::string prefix = "hf:";
+  if (c.init_from.rfind(prefix, 0) != 0 || c.init_from.size() == prefix.size())
+    throw ConfigError("config: model.init_from must be hf:DIR (a Hugging Face model directory), " +
+                      std::string("got '") + c.init_from + "'");
+  checkpoint::HFModelConfig hf;
+  try {
+    hf = checkpoint::read_hf_config(c.init_from.substr(prefix.size()));
+  } catch (const UsageError& e) {
+    throw ConfigError(e.what());
+  }
+  const auto s = setters();
+  std::vector<std::string> conflicts;
+  for (const auto& [key, value] : c.keys_given) {
+    if (key.rfind("model.", 0) != 0 || key == "model.init_from") continue;
+    Config probe;
+    probe.model = hf.model;
+    s.at(key)(probe, YAML::Load(value));
+    if (probe.model.n_experts == 0) probe.model.moe_layers.clear();
+    const auto& a = probe.model;
+    const auto& b = hf.model;
+    const bool same =
+        a.vocab_size == b.vocab_size && a.dim == b.dim && a.n_layers == b.n_layers &&
+        a.n_heads == b.n_heads && a.n_kv_heads == b.n_kv_heads && a.ffn_hidden == b.ffn_hidden &&
+        a.norm_eps == b.norm_eps && a.rope_theta == b.rope_theta && a.n_experts == b.n_experts &&
+        a.top_k == b.top_k && a.moe_layers == b.moe_layers && a.shared_expert == b.shared_expert;
+    std::string v = value;
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+    if (!same) conflicts.push_back(key + " = " + v);
+  }
+  if (!conflicts.empty()) {
+    std::string msg = "config: model.init_from " + c.init_from +
+                      " takes the model from its config.json, which disagrees with";
+    for (const auto& k : conflicts) msg += " " + k + ";";
+    throw ConfigError(msg + " remove those keys (or make them agree)");
+  }
+  c.model = hf.model;
 }
 
 }  // namespace
@@ -167,7 +232,19 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     auto it = s.find(key);
     if (it == s.end()) throw ConfigError("--set: unknown key '" + key + "'");
     it->second(c, YAML::Load(o.substr(eq + 1)));
+    c.keys_given.emplace_back(key, o.substr(eq + 1));
   }
+  auto given = [&](const std::string& key) {
+    for (const auto& [k, v] : c.keys_given)
+      if (k == key) return true;
+    return false;
+  };
+  if (!c.data.path.empty()) {
+    if (given("data.synthetic") && c.data.synthetic)
+      throw ConfigError("config: data.synthetic is true and data.path is set; choose one");
+    c.data.synthetic = false;
+  }
+  if (!c.init_from.empty()) apply_init_from(c);
   // n_experts 0 is a dense model, whatever moe.layers lists.
   if (c.model.n_experts == 0) c.model.moe_layers.clear();
   return c;
@@ -251,6 +328,30 @@ void validate(Config& c, int64_t world) {
     if (!std::isfinite(v) || v <= 0)
       fail(std::string(key) + " must be a number of seconds > 0, got " + number(v));
   if (t.optimizer != "adamw" && t.optimizer != "sgd") fail("optimizer must be adamw or sgd");
+  if (t.eval_interval < 0)
+    fail("train.eval_interval must be >= 0 (0: no evaluation), got " +
+         std::to_string(t.eval_interval));
+  if (t.eval_interval > 0 && t.eval_batches < 1)
+    fail("train.eval_batches must be >= 1, got " + std::to_string(t.eval_batches));
+  const auto& d = c.data;
+  if (!d.synthetic && d.path.empty()) fail("data.synthetic is false: set data.path");
+  if (d.synthetic && (!d.val_path.empty() || d.val_fraction != 0))
+    fail(
+        "data.val_path and data.val_fraction need data.path (synthetic data has its own "
+        "validation stream)");
+  if (!std::isfinite(d.val_fraction) || d.val_fraction < 0 || d.val_fraction >= 1)
+    fail("data.val_fraction must be in [0, 1), got " + number(d.val_fraction));
+  if (!d.val_path.empty() && d.val_fraction > 0)
+    fail("data.val_path and data.val_fraction are both set; choose one");
+  try {
+    (void)data::parse_token_format(d.format, "data.format");
+  } catch (const UsageError& e) {
+    fail(e.what());
+  }
+  if (!std::isfinite(c.model.norm_eps) || c.model.norm_eps <= 0)
+    fail("model.norm_eps must be > 0, got " + number(c.model.norm_eps));
+  if (!std::isfinite(c.model.rope_theta) || c.model.rope_theta <= 0)
+    fail("model.rope_theta must be > 0, got " + number(c.model.rope_theta));
   const auto& k = c.checkpoint;
   if (k.interval < 0) fail("checkpoint.interval must be >= 0, got " + std::to_string(k.interval));
   if (k.keep < 0) fail("checkpoint.keep must be >= 0 (0: keep all), got " + std::to_string(k.keep));

@@ -1,20 +1,23 @@
 #include "hyperpar/train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/process_memory.h"
+#include "hyperpar/nn/safetensors.h"
 #include "hyperpar/optim/optimizer.h"
 #include "hyperpar/train/checkpointing.h"
-#include "hyperpar/train/data.h"
 #include "hyperpar/train/preemption.h"
 #include "hyperpar/train/progress.h"
 
@@ -22,9 +25,32 @@ namespace hyperpar::train {
 
 double peak_rss_mb() { return peak_resident_mb(); }
 
+namespace {
+
+// Rows [first, first + n) of the step's batch, with hyperpar's logits, for comparison with
+// another implementation (TrainOptions::dump_first_batch).
+void dump_rows(const std::string& dir, int64_t first, const data::Batch& b,
+               const at::Tensor& logits) {
+  std::filesystem::create_directories(dir);
+  nn::write_safetensors_file(dir + "/rows-" + std::to_string(first) + ".safetensors",
+                             {{"tokens", b.tokens.contiguous()},
+                              {"targets", b.targets.contiguous()},
+                              {"logits", logits.detach().to(at::kFloat).contiguous()}},
+                             {{"first_row", std::to_string(first)}}, false);
+}
+
+}  // namespace
+
 TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
-                         const std::string& metrics_path, bool print) {
+                         const TrainOptions& o) {
+  const std::string& metrics_path = o.metrics_path;
+  const bool print = o.print;
   const auto& t = c.train;
+  std::optional<data::DataLoader> own_data;
+  if (!o.data)
+    own_data.emplace(c.data, t.seq_len, c.model.vocab_size, t.global_batch_size, t.seed,
+                     t.eval_interval > 0 ? t.eval_batches : 0);
+  data::DataLoader& data = o.data ? *o.data : *own_data;
   auto& model = *pm.model;
   std::vector<nn::Parameter*> params;
   for (auto& [n, p] : model.named_parameters()) params.push_back(p);
@@ -34,7 +60,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   else
     opt = std::make_unique<optim::AdamW>(params, t.lr, t.weight_decay);
   TrainResult result;
-  TrainCheckpointer ckpt(c, pm, *opt, world);
+  TrainCheckpointer ckpt(c, pm, *opt, world, data);
   if (!c.checkpoint.dir.empty()) install_preemption_handlers();
   const int64_t resumed = ckpt.resume();
   result.resumed_from_step = resumed;
@@ -50,6 +76,23 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   auto world_group = world.group(all, "world");
   const int64_t local_rows = t.global_batch_size / pm.dp_size;
   const int64_t micro_rows = local_rows / t.micro_batches;
+  const bool dump_first =
+      !o.dump_first_batch.empty() && pm.tp_mesh->ranks().front() == world.rank();
+  // Mean loss over the fixed validation batches: every dp rank its rows, no gradients.
+  auto evaluate = [&] {
+    at::NoGradGuard no_grad;
+    double sum = 0;
+    for (int64_t i = 0; i < t.eval_batches; ++i)
+      for (int64_t mb = 0; mb < t.micro_batches; ++mb) {
+        const data::Batch b =
+            data.val_rows(i, pm.dp_rank * local_rows + mb * micro_rows, micro_rows);
+        sum += models::Transformer::loss(model(b.tokens), b.targets).item<double>();
+      }
+    at::Tensor v = at::tensor({sum / static_cast<double>(t.eval_batches * t.micro_batches)},
+                              at::TensorOptions().dtype(at::kDouble));
+    world_group->all_reduce(v, comm::ReduceOp::kAvg, {"val_loss"});
+    return v.item<double>();
+  };
   for (int64_t step = resumed + 1; step <= t.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double lr = t.warmup_steps > 0 && step <= t.warmup_steps
@@ -60,10 +103,12 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     for (int64_t mb = 0; mb < t.micro_batches; ++mb) {
       const bool last = mb + 1 == t.micro_batches;
       for (auto& h : pm.fsdp) h.set_requires_gradient_sync(last);
-      Batch b = make_batch(t.seed, step, t.global_batch_size, t.seq_len, c.model.vocab_size,
-                           pm.dp_rank * local_rows + mb * micro_rows, micro_rows);
-      at::Tensor loss = models::Transformer::loss(model(b.tokens), b.targets) /
-                        static_cast<double>(t.micro_batches);
+      const int64_t first = pm.dp_rank * local_rows + mb * micro_rows;
+      const data::Batch b = data.train_rows(step, first, micro_rows);
+      const at::Tensor logits = model(b.tokens);
+      if (dump_first && step == resumed + 1) dump_rows(o.dump_first_batch, first, b, logits);
+      at::Tensor loss =
+          models::Transformer::loss(logits, b.targets) / static_cast<double>(t.micro_batches);
       loss.backward();
       loss_sum += loss.item<double>();
     }
@@ -95,6 +140,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
                   static_cast<double>(t.global_batch_size * t.seq_len) / secs,
                   secs,
                   peak_rss_mb()};
+    if (t.eval_interval > 0 && step % t.eval_interval == 0) m.val_loss = evaluate();
     result.steps.push_back(m);
     // Start-up (rendezvous, materialisation, the first step) is over: from now on every
     // collective must complete within comm.train_timeout_s.
@@ -102,12 +148,14 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     if (world.rank() == 0) {
       if (print) progress.step(m);
       if (metrics.is_open()) {
-        char buf[512];
+        char buf[512], val[64] = "";
+        if (std::isfinite(m.val_loss))
+          std::snprintf(val, sizeof(val), ", \"val_loss\": %.17g", m.val_loss);
         std::snprintf(buf, sizeof(buf),
                       "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
-                      "\"tokens_per_s\": %.6g, \"step_time_s\": %.6g, \"peak_rss_mb\": %.6g}\n",
+                      "\"tokens_per_s\": %.6g, \"step_time_s\": %.6g, \"peak_rss_mb\": %.6g%s}\n",
                       static_cast<long long>(step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
-                      m.step_time_s, m.peak_rss_mb);
+                      m.step_time_s, m.peak_rss_mb, val);
         metrics << buf;
         metrics.flush();
         HP_CHECK(metrics.good(), "--metrics ", metrics_path, ": writing step ", step,

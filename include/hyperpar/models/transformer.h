@@ -15,10 +15,18 @@
 // layers.L.moe.experts.{w1,w2,w3}, layers.L.moe.shared_expert.{w1,w2,w3}.weight,
 // norm.weight, output.weight.
 //
-// Init (torchtitan's): norms ones; tok_embeddings N(0, 1); every other weight
-// trunc_normal(0, 0.02, [-0.04, 0.04]) except the residual-output projections (wo, w2, experts
-// w2) with std 0.02 / sqrt(2 (L + 1)) truncated at +-2 std; output trunc_normal(0, D^-0.5, [-3
-// D^-0.5, 3 D^-0.5]).
+// Init (torchtitan-style, not identical to it), drawn per element from counter-based Philox
+// streams (dtensor/random.h), so the values do not depend on the layout:
+//   norms                                  ones
+//   tok_embeddings                         N(0, 1)
+//   wq, wk, wv, w1, w3, router, experts w1/w3, shared_expert w1/w3
+//                                          N(0, 0.02) truncated to [-0.04, 0.04] (+-2 std)
+//   wo, w2, experts w2, shared_expert w2   N(0, s_l) truncated to [-2 s_l, 2 s_l],
+//                                          s_l = 0.02 / sqrt(2 (l + 1)) for layer l
+//   output                                 N(0, D^-0.5) truncated to +-3 D^-0.5
+// Where torchtitan 0.3.0's Llama 3 differs: its trunc_normal_ calls keep PyTorch's default
+// absolute bounds [-2, 2], which for std 0.02 (or s_l) truncate nothing; and it gives w3 the
+// depth-scaled s_l (hyperpar: 0.02). Embeddings, norms, output and wo/w2 agree.
 #include <memory>
 #include <vector>
 

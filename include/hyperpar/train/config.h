@@ -1,14 +1,19 @@
 #pragma once
 // Trainer configuration: YAML with sections model / parallel / train / comm (see configs/).
 //
-//   model:    {vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_hidden,
-//              moe: {n_experts, top_k, layers: [..], shared_expert}}
+//   model:    {vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_hidden, norm_eps (1e-5),
+//              rope_theta (10000), moe: {n_experts, top_k, layers: [..], shared_expert},
+//              init_from (hf:DIR: config and weights of a Hugging Face Llama/Mixtral
+//              directory, checkpoint/hf_import.h; any other model key must agree with it)}
 //   parallel: {tp, ep, dp_replicate, dp_shard (-1 = infer), init_on_meta,
 //              reshard_after_forward (true | false | k ranks), prefetch,
 //              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
 //              expert_tp (1 | tp, see parallel/expert_mesh.h)}
 //   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
-//              weight_decay, grad_clip, seed, optimizer (adamw|sgd)}
+//              weight_decay, grad_clip, seed, optimizer (adamw|sgd),
+//              eval_interval (0: no evaluation), eval_batches (2)}
+//   data:     {synthetic (true), path, format (auto|u16|u32|llmc), val_path, val_fraction,
+//              shuffle_seed}  (data/data_loader.h; a path turns synthetic off)
 //   comm:     {backend (mpi|gloo; default: the launcher's, else mpi),
 //              init_timeout_s (300), train_timeout_s (100)}  (comm/watchdog.h)
 //   checkpoint: {dir, interval, keep, async, resume (auto|never|PATH), strict}
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "hyperpar/core/error.h"
+#include "hyperpar/data/data_loader.h"
 #include "hyperpar/models/transformer.h"
 
 namespace hyperpar::train {
@@ -45,6 +51,7 @@ struct TrainConfig {
   double lr = 1e-3, weight_decay = 0.0, grad_clip = 1.0;
   uint64_t seed = 0;
   std::string optimizer = "adamw";
+  int64_t eval_interval = 0, eval_batches = 2;
 };
 
 struct CommConfig {
@@ -64,6 +71,11 @@ struct CheckpointConfig {
 
 struct Config {
   models::TransformerConfig model;
+  std::string init_from;  // model.init_from: "" or hf:DIR
+  /// The keys the config file and --set gave, with their values as written (so that
+  /// model.init_from can tell which model keys disagree with the imported config).
+  std::vector<std::pair<std::string, std::string>> keys_given;
+  data::DataConfig data;
   ParallelConfig parallel;
   TrainConfig train;
   CommConfig comm;

@@ -6,6 +6,7 @@
 //   5120 tok/s  0.21 s/step  ETA 0:00:02
 // Without a terminal, one plain line per step, as log files and CI want:
 //   step   12  loss 4.123456  grad_norm 0.5312  lr 3.00e-03  tokens/s 5120  time 0.210s
+// On evaluation steps "val_loss 4.2" follows the loss.
 // (No C++ progress-bar library is packaged for Debian; this is the one line hyperpar needs.)
 #include <cstdint>
 

@@ -1,14 +1,24 @@
 #pragma once
-// The training loop: per step, this rank's rows of the global batch in micro-batches
+// The training loop: per step, this rank's rows of the global batch (data/data_loader.h)
+// in micro-batches
 // (gradient sync only on the last), mean next-token loss scaled by 1/micro_batches,
 // global grad-norm clipping, AdamW/SGD with linear warmup. Rank 0 prints one line per step
 // and, with a metrics path, writes one JSON object per step. With checkpoint.dir, it resumes,
 // saves and handles preemption (train/checkpointing.h, train/preemption.h): a SIGTERM/SIGINT
 // ends training after the current step with a checkpoint, by throwing Preempted.
+// With train.eval_interval, every that many steps the mean loss over train.eval_batches fixed
+// validation batches (no gradients; the same batches whatever the layout) is reported as
+// val_loss in the progress line and the metrics.
+// dump_first_batch DIR: at the first step this run takes (before its update), the first rank
+// of each TP group writes DIR/rows-F.safetensors with its rows (F = the first row's index in
+// the global batch) of that step: tokens, targets and logits (float32). It lets another
+// implementation (transformers) check hyperpar's forward on exactly that batch.
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "hyperpar/data/data_loader.h"
 #include "hyperpar/train/config.h"
 #include "hyperpar/train/parallel_model.h"
 
@@ -17,6 +27,14 @@ namespace hyperpar::train {
 struct StepMetrics {
   int64_t step;
   double loss, grad_norm, lr, tokens_per_s, step_time_s, peak_rss_mb;
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not evaluated this step
+};
+
+struct TrainOptions {
+  std::string metrics_path;
+  bool print = true;
+  data::DataLoader* data = nullptr;  // null: opened from c.data
+  std::string dump_first_batch;      // a directory ("" : none)
 };
 
 struct TrainResult {
@@ -26,7 +44,14 @@ struct TrainResult {
 };
 
 TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
-                         const std::string& metrics_path = "", bool print = true);
+                         const TrainOptions& o);
+inline TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
+                                const std::string& metrics_path = "", bool print = true) {
+  TrainOptions o;
+  o.metrics_path = metrics_path;
+  o.print = print;
+  return run_training(c, pm, world, o);
+}
 
 /// Peak resident set size of this process in MiB (VmHWM).
 double peak_rss_mb();
