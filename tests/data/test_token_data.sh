@@ -107,10 +107,13 @@ check "BPE tokens are fewer than bytes" test "$(stat -c %s "$tmp/bpe/train.bin")
   --set data.val_path="$tmp/bpe/val.bin" --set train.steps=3 >"$tmp/obpe" 2>&1
 check "trains on the BPE tokens with evaluation" grep -q "step    3 .*val_loss" "$tmp/obpe"
 
-# 6. configs/bytes_text.yaml, a few steps on 8 workers (its data here: the test's text).
+# 6. configs/bytes_text.yaml, a few steps on 8 workers on its corpus (the license texts of
+#    Debian's base-files, made into token files here as the README shows).
+"$build/tools/hyperpar-data" bytes --out "$tmp/licenses" /usr/share/common-licenses >"$tmp/dl.out" 2>&1
+check "hyperpar-data on /usr/share/common-licenses" grep -q "train.bin: [0-9]* tokens" "$tmp/dl.out"
 timeout 300 "$run" --worker_num 8 --log_dir "$tmp/lbt" "$train" --config "$src/configs/bytes_text.yaml" \
   --set train.steps=2 --set train.eval_interval=2 --set train.eval_batches=1 \
-  --set data.path="$tmp/bytes/train.bin" --set data.val_path="$tmp/bytes/val.bin" >"$tmp/obt" 2>&1
+  --set data.path="$tmp/licenses/train.bin" --set data.val_path="$tmp/licenses/val.bin" >"$tmp/obt" 2>&1
 check "bytes_text.yaml on 8 workers" test $? = 0
 check "bytes_text.yaml evaluates" grep -q "step    2 .*val_loss" "$tmp/lbt/worker_0.log"
 cleanup_job "$tmp/lbad"
