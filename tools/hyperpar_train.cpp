@@ -25,7 +25,9 @@
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/format.h"
 #include "hyperpar/nn/safetensors.h"
+#include "hyperpar/parallel/pipeline/simulator.h"
 #include "hyperpar/train/memory_estimate.h"
+#include "hyperpar/train/model_export.h"
 #include "hyperpar/train/trainer.h"
 
 using namespace hyperpar;
@@ -57,10 +59,35 @@ std::string json_bytes(double b) {
 // Prints nothing until every rank is built: an error leaves no half-written JSON.
 void dry_run(train::Config c, int64_t world_size, int64_t only_rank) {
   std::ostringstream out;
-  out << "{\"world_size\": " << world_size << ", \"mesh\": {\"names\": [\"dp_replicate\", "
-      << "\"dp_shard\", \"tp\"], \"shape\": "
-      << format_list({c.parallel.dp_replicate, c.parallel.dp_shard, c.parallel.tp})
-      << "}, \"ranks\": [";
+  const auto& par = c.parallel;
+  const bool pipelined = par.pp > 1;
+  out << "{\"world_size\": " << world_size << ", \"mesh\": {\"names\": ["
+      << (pipelined ? "\"pp\", " : "") << "\"dp_replicate\", \"dp_shard\", \"tp\"], \"shape\": "
+      << format_list(pipelined
+                         ? std::vector<int64_t>{par.pp, par.dp_replicate, par.dp_shard, par.tp}
+                         : std::vector<int64_t>{par.dp_replicate, par.dp_shard, par.tp})
+      << "}";
+  parallel::pipeline::RankActions schedule;
+  if (pipelined) {
+    namespace pl = parallel::pipeline;
+    const auto spec = train::pipeline_spec(c);
+    schedule = pl::lowered_schedule(spec, true);
+    const auto sim = pl::simulate(schedule, spec);
+    if (!sim.ok()) throw Error("pipeline schedule is invalid: " + sim.problems.front());
+    out << ", \"pipeline\": {\"schedule\": \"" << pl::schedule_name(spec.kind)
+        << "\", \"pp\": " << spec.pp << ", \"virtual_stages\": " << spec.virtual_stages
+        << ", \"microbatches\": " << spec.microbatches
+        << ", \"bubble_fraction\": " << sim.bubble_fraction << ", \"stages\": [";
+    const auto split = pl::split_layers(c.model.n_layers, spec.stages(), par.pp_split);
+    for (size_t st = 0; st < split.size(); ++st)
+      out << (st ? ", " : "") << "{\"stage\": " << st
+          << ", \"pp_rank\": " << pl::rank_of_stage(static_cast<int64_t>(st), spec.pp)
+          << ", \"layers\": " << format_list({split[st].first, split[st].end})
+          << ", \"embedding\": " << (split[st].embedding ? "true" : "false")
+          << ", \"head\": " << (split[st].head ? "true" : "false") << "}";
+    out << "]}";
+  }
+  out << ", \"ranks\": [";
   bool first = true;
   for (int64_t r = 0; r < world_size; ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
@@ -72,6 +99,10 @@ void dry_run(train::Config c, int64_t world_size, int64_t only_rank) {
       out << ", \"ep_mesh\": \"" << pm.ep_mesh->to_string()
           << "\", \"ep_group\": " << format_list(pm.ep_mesh->group_ranks(0))
           << ", \"expert_dp_group\": " << format_list(pm.expert_dp_mesh->ranks());
+    if (pipelined)
+      out << ", \"pp_rank\": " << pm.pp_rank
+          << ", \"pp_group\": " << format_list(pm.pp_mesh->ranks()) << ", \"schedule\": \""
+          << parallel::pipeline::to_string(schedule[pm.pp_rank]) << "\"";
     out << ", \"parameters\": [";
     bool pf = true;
     for (auto& [name, p] : pm.model->named_parameters()) {
@@ -243,10 +274,17 @@ int main(int argc, char** argv) {
     auto pm = train::build_parallel_model(cfg, world);
     if (world->rank() == 0)
       std::cout << "hyperpar-train: " << config_path << " on " << world->size() << " ranks ("
-                << to_string(world->backend()) << "), mesh (dp_replicate, dp_shard, tp) = ("
+                << to_string(world->backend()) << "), mesh (" << (cfg.parallel.pp > 1 ? "pp, " : "")
+                << "dp_replicate, dp_shard, tp) = ("
+                << (cfg.parallel.pp > 1 ? std::to_string(cfg.parallel.pp) + ", " : "")
                 << cfg.parallel.dp_replicate << ", " << cfg.parallel.dp_shard << ", "
                 << cfg.parallel.tp << "), " << cfg.model.num_parameters()
                 << " parameters, peak RSS " << train::peak_rss_mb() << " MiB after materialisation"
+                << (cfg.parallel.pp > 1
+                        ? "\nhyperpar-train: pipeline " + cfg.parallel.pp_schedule + ", " +
+                              std::to_string(cfg.parallel.pp_microbatches) + " microbatches, " +
+                              std::to_string(cfg.parallel.pp_virtual_stages) + " stage(s) per rank"
+                        : std::string())
                 << "\nhyperpar-train: data: " << data->describe() << std::endl;
     if (!cfg.init_from.empty()) {
       const std::string dir = cfg.init_from.substr(3);  // hf:DIR
@@ -261,7 +299,7 @@ int main(int argc, char** argv) {
     opts.dump_first_batch = dump_first_batch;
     train::run_training(cfg, pm, *world, opts);
     if (!export_path.empty()) {
-      nn::save_safetensors(*pm.model, export_path, world->rank() == 0);
+      train::export_full_model(cfg, pm, export_path, *world);
       if (world->rank() == 0)
         std::cout << "hyperpar-train: exported the full model to " << export_path << std::endl;
     }

@@ -9,6 +9,8 @@ namespace hyperpar::checkpoint::detail {
 
 /// Collective: true when every rank passed `ok`. Each rank's own message stays with it.
 bool all_ok(comm::World& world, bool ok, const char* what);
+/// Element i is true when flag i is true on some rank (one all-reduce).
+std::vector<bool> any_rank(comm::World& world, const std::vector<bool>& flags, const char* what);
 /// Collective: rank 0's value of `v` on every rank.
 int64_t broadcast_from_rank0(comm::World& world, int64_t v);
 

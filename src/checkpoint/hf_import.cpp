@@ -91,7 +91,7 @@ void load_hf(const std::string& dir, nn::Module& model, const HFModelConfig& hf,
              comm::World& world) {
   const HFFiles files(dir);
   const auto params = model.named_parameters();
-  // 1. Names and shapes, identical on every rank.
+  // 1. Names and shapes: each rank checks its own parameters; every rank raises if any does.
   std::vector<std::string> missing, mismatched, unexpected;
   std::set<std::string> used;
   std::vector<std::pair<HFTensorRef, std::string>> sources;  // per parameter: ref, HF name
@@ -117,10 +117,20 @@ void load_hf(const std::string& dir, nn::Module& model, const HFModelConfig& hf,
       check(ref.name, p->shape);
     }
   }
-  for (const auto& n : files.names())
-    if (!used.count(n) && n.find("rotary_emb.inv_freq") == std::string::npos)
-      unexpected.push_back(n);
-  if (!missing.empty() || !mismatched.empty() || !unexpected.empty()) {
+  // A tensor of the files is unexpected when no rank uses it (with pipeline parallelism each
+  // rank holds only its stages' parameters): one all-reduce of a flag per file tensor.
+  const auto names = files.names();
+  std::vector<bool> mine;
+  for (const auto& n : names) mine.push_back(used.count(n) > 0);
+  const auto used_anywhere = detail::any_rank(world, mine, "model.init_from: names");
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!used_anywhere[i] && names[i].find("rotary_emb.inv_freq") == std::string::npos)
+      unexpected.push_back(names[i]);
+  const bool names_ok = missing.empty() && mismatched.empty() && unexpected.empty();
+  if (!detail::all_ok(world, names_ok, "model.init_from: names")) {
+    if (names_ok)
+      throw UsageError("model.init_from: the weights in " + dir +
+                       " do not match the model on another rank (see its log); nothing was loaded");
     std::ostringstream os;
     os << "model.init_from: the weights in " << dir << " do not match the model of its "
        << "config.json;";

@@ -108,7 +108,7 @@ LoadResult load(const std::string& path, const std::vector<TensorShard>& shards,
                                          "nothing was loaded"
                                    : error + "\nnothing was loaded");
 
-  // 2. Names and shapes (the same on every rank: no collective needed to agree).
+  // 2. Names and shapes: each rank checks its own tensors; every rank raises if any does.
   std::vector<std::string> names;
   for (const auto& [name, d] : manifest) names.push_back(name);
   const SavedIndex index(path, names);
@@ -131,10 +131,21 @@ LoadResult load(const std::string& path, const std::vector<TensorShard>& shards,
       mismatched.push_back(s.fqn + " (checkpoint " + format_list(saved) + ", model " +
                            format_list(s.global_shape) + ")");
   }
+  // A saved tensor is unexpected when no rank holds it (with pipeline parallelism each rank
+  // holds only its stages' tensors): one all-reduce of a flag per saved tensor.
+  std::vector<bool> mine;
+  for (const auto& [fqn, c] : chunks) mine.push_back(expected.count(fqn) > 0);
+  const auto held = detail::any_rank(world, mine, "checkpoint load: names");
   std::vector<std::string> extra;
+  size_t k = 0;
   for (const auto& [fqn, c] : chunks)
-    if (!expected.count(fqn)) extra.push_back(fqn);
-  if (!missing.empty() || !mismatched.empty() || !extra.empty()) {
+    if (!held[k++]) extra.push_back(fqn);
+  const bool names_ok = missing.empty() && mismatched.empty() && extra.empty();
+  if (!detail::all_ok(world, names_ok, "checkpoint load: names")) {
+    if (names_ok)
+      throw UsageError("checkpoint " + path +
+                       " does not match the model and optimizer on another rank (see its log); "
+                       "nothing was loaded");
     std::ostringstream os;
     os << "checkpoint " << path << " does not match the model and optimizer;";
     auto list = [&](const char* what, const std::vector<std::string>& v) {

@@ -127,6 +127,83 @@ class C10dWork final : public FinishingWork {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
+// gloo ends the process from its I/O thread when a message's size differs from the
+// receiving buffer's, so every point-to-point message is preceded by its byte count
+// (8 bytes, tag 2t): the receive checks it and raises an error naming itself before it
+// posts the payload's receive (tag 2t + 1).
+class GlooRecvWork final : public FinishingWork {
+ public:
+  GlooRecvWork(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, at::Tensor t, int peer, int tag,
+               std::string what)
+      : FinishingWork(nullptr),
+        pg_(std::move(pg)),
+        t_(std::move(t)),
+        peer_(peer),
+        tag_(tag),
+        what_(std::move(what)),
+        header_(at::empty({1}, at::kLong)) {
+    std::vector<at::Tensor> h{header_};
+    header_work_ = pg_->recv(h, peer_, 2 * tag_);
+  }
+  ~GlooRecvWork() override { wait_unless_done(); }
+
+ private:
+  void backend_wait() override {
+    C10dWork(header_work_, nullptr).wait();
+    const int64_t got = header_.item<int64_t>(), want = static_cast<int64_t>(t_.nbytes());
+    if (got != want) {
+      // Take the payload anyway (into scratch): gloo's send completes only once a receive
+      // is posted for it, so the sender is not left waiting.
+      std::vector<at::Tensor> scratch{at::empty({std::max<int64_t>(got, 0)}, at::kByte)};
+      C10dWork(pg_->recv(scratch, peer_, 2 * tag_ + 1), nullptr).wait();
+      throw Error(what_ + ": the message has " + std::to_string(got) + " bytes, the buffer " +
+                  std::to_string(want) + " (sender and receiver disagree on the shape or dtype)");
+    }
+    std::vector<at::Tensor> ts{bytes_of(t_)};
+    C10dWork(pg_->recv(ts, peer_, 2 * tag_ + 1), nullptr).wait();
+  }
+  bool backend_test() override {
+    if (!header_work_->isCompleted()) return false;
+    backend_wait();
+    return true;
+  }
+  void on_finished() override { t_ = at::Tensor(); }
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  at::Tensor t_;
+  int peer_, tag_;
+  std::string what_;
+  at::Tensor header_;
+  c10::intrusive_ptr<c10d::Work> header_work_;
+};
+
+// A send: its byte count, then the payload (see GlooRecvWork).
+class GlooSendWork final : public FinishingWork {
+ public:
+  GlooSendWork(const c10::intrusive_ptr<c10d::ProcessGroupGloo>& pg, const at::Tensor& t, int peer,
+               int tag)
+      : FinishingWork(nullptr),
+        header_(at::full({1}, static_cast<int64_t>(t.nbytes()), at::kLong)),
+        payload_(bytes_of(t)) {
+    std::vector<at::Tensor> h{header_}, p{payload_};
+    header_work_ = pg->send(h, peer, 2 * tag);
+    payload_work_ = pg->send(p, peer, 2 * tag + 1);
+  }
+  ~GlooSendWork() override { wait_unless_done(); }
+
+ private:
+  void backend_wait() override {
+    C10dWork(header_work_, nullptr).wait();
+    C10dWork(payload_work_, nullptr).wait();
+  }
+  bool backend_test() override {
+    if (!header_work_->isCompleted() || !payload_work_->isCompleted()) return false;
+    backend_wait();
+    return true;
+  }
+  at::Tensor header_, payload_;
+  c10::intrusive_ptr<c10d::Work> header_work_, payload_work_;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const std::vector<int64_t>& ranks, int64_t global_rank, std::string label)
@@ -185,6 +262,13 @@ class GlooCommunicator final : public Communicator {
     return wrap(pg_->broadcast(ts, o), {});
   }
   WorkHandle do_barrier(bool) override { return wrap(pg_->barrier(), {}); }
+  WorkHandle do_send(at::Tensor t, int64_t peer, int64_t tag) override {
+    return std::make_shared<GlooSendWork>(pg_, t, static_cast<int>(peer), static_cast<int>(tag));
+  }
+  WorkHandle do_recv(at::Tensor t, int64_t peer, int64_t tag, const std::string& what) override {
+    return std::make_shared<GlooRecvWork>(pg_, t, static_cast<int>(peer), static_cast<int>(tag),
+                                          what);
+  }
 
  private:
   std::function<void()> divide_if_avg(ReduceOp op, at::Tensor t) const {

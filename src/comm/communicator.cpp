@@ -185,4 +185,32 @@ WorkHandle Communicator::barrier(const CollectiveOptions& opts) {
   return finish(do_barrier(opts.async_op), watched, opts);
 }
 
+void Communicator::check_peer(const CallSite& s, int64_t peer, int64_t tag) const {
+  if (peer < 0 || peer >= size())
+    fail_contract(s, "peer " + std::to_string(peer) + " is not a group rank (the group has " +
+                         std::to_string(size()) + " ranks)");
+  if (peer == rank()) fail_contract(s, "peer " + std::to_string(peer) + " is this rank itself");
+  if (tag < 0 || tag >= (int64_t{1} << 24))
+    fail_contract(s, "message_tag " + std::to_string(tag) + " is outside [0, 2^24)");
+}
+
+WorkHandle Communicator::send(const at::Tensor& t, int64_t peer, const CollectiveOptions& opts) {
+  const CallSite s = site("send", opts);
+  check_buffer(s, "tensor", t, std::nullopt, device_type());
+  check_peer(s, peer, opts.message_tag);
+  WatchScope watched(watch(s));
+  return finish(do_send(t, peer, opts.message_tag), watched, opts);
+}
+
+WorkHandle Communicator::recv(at::Tensor t, int64_t peer, const CollectiveOptions& opts) {
+  const CallSite s = site("recv", opts);
+  check_buffer(s, "tensor", t, std::nullopt, device_type());
+  check_peer(s, peer, opts.message_tag);
+  WatchScope watched(watch(s));
+  const std::string what = "recv on " + s.group + " from group rank " + std::to_string(peer) +
+                           (s.tag.empty() ? "" : ", tag '" + s.tag + "'") + " into " +
+                           describe_tensor(t);
+  return finish(do_recv(t, peer, opts.message_tag, what), watched, opts);
+}
+
 }  // namespace hyperpar::comm

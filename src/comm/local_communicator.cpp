@@ -30,5 +30,10 @@ WorkHandle LocalCommunicator::do_all_to_all(at::Tensor out, at::Tensor in,
 }
 WorkHandle LocalCommunicator::do_broadcast(at::Tensor, int64_t, bool) { return done(); }
 WorkHandle LocalCommunicator::do_barrier(bool) { return done(); }
+// A one-rank group has no peer: check_peer rejects every send/recv before these.
+WorkHandle LocalCommunicator::do_send(at::Tensor, int64_t, int64_t) { return done(); }
+WorkHandle LocalCommunicator::do_recv(at::Tensor, int64_t, int64_t, const std::string&) {
+  return done();
+}
 
 }  // namespace hyperpar::comm

@@ -102,6 +102,58 @@ class MpiWork final : public FinishingWork {
   std::vector<at::Tensor> keep_;
 };
 
+// A receive, matched when waited on: the message is probed first (MPI_Mprobe), so one of
+// another size is an error naming the recv instead of MPI's fatal MPI_ERR_TRUNCATE, then
+// received (MPI_Mrecv). Pipelines wait on a receive right before the compute that needs it.
+class MpiRecvWork final : public FinishingWork {
+ public:
+  MpiRecvWork(MPI_Comm comm, at::Tensor t, int peer, int tag, std::string what)
+      : FinishingWork(nullptr),
+        comm_(comm),
+        t_(std::move(t)),
+        peer_(peer),
+        tag_(tag),
+        what_(std::move(what)) {}
+  ~MpiRecvWork() override { wait_unless_done(); }
+
+ private:
+  void backend_wait() override {
+    if (consumed_) return;  // a size mismatch already reported by is_completed()
+    MPI_Message msg;
+    MPI_Status st;
+    mpi_check(MPI_Mprobe(peer_, tag_, comm_, &msg, &st), "MPI_Mprobe");
+    receive(msg, st);
+  }
+  bool backend_test() override {
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    mpi_check(MPI_Improbe(peer_, tag_, comm_, &flag, &msg, &st), "MPI_Improbe");
+    if (flag) receive(msg, st);
+    return flag != 0;
+  }
+  void receive(MPI_Message& msg, MPI_Status& st) {
+    consumed_ = true;
+    int got = -1;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    const auto want = static_cast<int64_t>(t_.nbytes());
+    if (got != want) {
+      // Take the message off the queue (into scratch) so the job can end cleanly.
+      std::vector<char> scratch(static_cast<size_t>(std::max(got, 0)));
+      MPI_Mrecv(scratch.data(), got, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      throw Error(what_ + ": the message has " + std::to_string(got) + " bytes, the buffer " +
+                  std::to_string(want) + " (sender and receiver disagree on the shape or dtype)");
+    }
+    mpi_check(MPI_Mrecv(t_.data_ptr(), got, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  }
+  void on_finished() override { t_ = at::Tensor(); }
+  MPI_Comm comm_;
+  at::Tensor t_;
+  int peer_, tag_;
+  std::string what_;
+  bool consumed_ = false;
+};
+
 std::function<void()> divide_if_avg(ReduceOp op, at::Tensor t, int64_t n) {
   if (op != ReduceOp::kAvg) return {};
   return [t, n]() mutable { t.div_(static_cast<double>(n)); };
@@ -245,6 +297,21 @@ WorkHandle MpiCommunicator::do_barrier(bool) {
   MPI_Request req;
   mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{}, nullptr);
+}
+
+WorkHandle MpiCommunicator::do_send(at::Tensor t, int64_t peer, int64_t tag) {
+  MPI_Request req;
+  mpi_check(MPI_Isend(t.data_ptr(), as_count(static_cast<int64_t>(t.nbytes()), "send"), MPI_BYTE,
+                      static_cast<int>(peer), static_cast<int>(tag), comm_, &req),
+            "MPI_Isend");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{t}, nullptr);
+}
+
+WorkHandle MpiCommunicator::do_recv(at::Tensor t, int64_t peer, int64_t tag,
+                                    const std::string& what) {
+  as_count(static_cast<int64_t>(t.nbytes()), "recv");
+  return std::make_shared<MpiRecvWork>(comm_, t, static_cast<int>(peer), static_cast<int>(tag),
+                                       what);
 }
 
 }  // namespace hyperpar::comm

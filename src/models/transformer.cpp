@@ -76,25 +76,56 @@ at::Tensor TransformerBlock::forward(const at::Tensor& x) {
   return h + (moe ? (*moe)(n) : (*feed_forward)(n));
 }
 
-Transformer::Transformer(const TransformerConfig& c) : Module("Transformer"), cfg(c) {
+Transformer::Transformer(const TransformerConfig& c, const ModelPart& part)
+    : Module("Transformer"), cfg(c) {
   cfg.validate();
-  tok_embeddings =
-      register_module("tok_embeddings", std::make_shared<nn::Embedding>(cfg.vocab_size, cfg.dim));
-  for (int64_t l = 0; l < cfg.n_layers; ++l)
+  if (part.embedding)
+    tok_embeddings =
+        register_module("tok_embeddings", std::make_shared<nn::Embedding>(cfg.vocab_size, cfg.dim));
+  if (part.layers) {
+    layer_ids = *part.layers;
+    for (size_t i = 0; i < layer_ids.size(); ++i)
+      HP_CHECK(layer_ids[i] >= 0 && layer_ids[i] < cfg.n_layers &&
+                   (i == 0 || layer_ids[i] > layer_ids[i - 1]),
+               "model part: layers must be ascending ids in [0, ", cfg.n_layers, ")");
+  } else {
+    for (int64_t l = 0; l < cfg.n_layers; ++l) layer_ids.push_back(l);
+  }
+  for (int64_t l : layer_ids)
     layers.push_back(
         register_module("layers." + std::to_string(l), std::make_shared<TransformerBlock>(cfg, l)));
-  norm = register_module("norm", std::make_shared<nn::RMSNorm>(cfg.dim, cfg.norm_eps));
-  const double s = 1.0 / std::sqrt(static_cast<double>(cfg.dim));
-  output = register_module(
-      "output", std::make_shared<nn::Linear>(cfg.dim, cfg.vocab_size, false,
-                                             InitScheme::trunc_normal(0.0, s, -3 * s, 3 * s)));
+  if (part.head) {
+    norm = register_module("norm", std::make_shared<nn::RMSNorm>(cfg.dim, cfg.norm_eps));
+    const double s = 1.0 / std::sqrt(static_cast<double>(cfg.dim));
+    output = register_module(
+        "output", std::make_shared<nn::Linear>(cfg.dim, cfg.vocab_size, false,
+                                               InitScheme::trunc_normal(0.0, s, -3 * s, 3 * s)));
+  }
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens) {
+  HP_CHECK(tok_embeddings && norm && static_cast<int64_t>(layers.size()) == cfg.n_layers,
+           "Transformer forward: this rank holds one part of a pipelined model; run its "
+           "stages with forward_stage");
   nn::check_materialized(*this, "Transformer forward");
   at::Tensor h = (*tok_embeddings)(tokens);
   for (auto& layer : layers) h = (*layer)(h);
   return (*output)((*norm)(h));
+}
+
+TransformerBlock& Transformer::layer(int64_t layer_id) {
+  for (size_t i = 0; i < layer_ids.size(); ++i)
+    if (layer_ids[i] == layer_id) return *layers[i];
+  throw Error(detail::concat("model part: layer ", layer_id, " is not on this rank"));
+}
+
+at::Tensor Transformer::forward_stage(int64_t first_layer, int64_t end_layer, bool embedding,
+                                      bool head, const at::Tensor& x) {
+  HP_CHECK(!embedding || tok_embeddings, "forward_stage: this part has no embedding");
+  HP_CHECK(!head || norm, "forward_stage: this part has no head");
+  at::Tensor h = embedding ? (*tok_embeddings)(x) : x;
+  for (int64_t l = first_layer; l < end_layer; ++l) h = layer(l)(h);
+  return head ? (*output)((*norm)(h)) : h;
 }
 
 at::Tensor Transformer::loss(const at::Tensor& logits, const at::Tensor& targets) {

@@ -79,19 +79,23 @@ at::Tensor Attention::forward(const at::Tensor& x) {
   const int64_t h = q.size(-1) / head_dim, kv = k.size(-1) / head_dim;  // local heads
   HP_CHECK(h > 0 && kv > 0 && h % kv == 0, "Attention: local heads ", h, " / kv heads ", kv,
            " (TP must split whole heads and keep n_heads / n_kv_heads per rank)");
-  q = apply_rotary(q.view({B, S, h, head_dim}), rope_base);
-  k = apply_rotary(k.view({B, S, kv, head_dim}), rope_base);
-  v = v.view({B, S, kv, head_dim});
-  q = q.transpose(1, 2);  // [B, h, S, hd]
-  k = k.transpose(1, 2);  // [B, kv, S, hd]
-  v = v.transpose(1, 2);
-  // LibTorch's fused attention: causal, scale 1/sqrt(hd), softmax accumulated in float32,
-  // KV heads shared by h/kv query heads without materialising the repeats (enable_gqa).
-  at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt,
+  // Rotary and attention keep no activation of their own under selective checkpointing:
+  // only q, k, v (matmul outputs) are saved and the rest is recomputed in backward.
+  auto core = [this, B, S, h, kv](const std::vector<at::Tensor>& in) {
+    at::Tensor qr = apply_rotary(in[0].view({B, S, h, head_dim}), rope_base).transpose(1, 2);
+    at::Tensor kr = apply_rotary(in[1].view({B, S, kv, head_dim}), rope_base).transpose(1, 2);
+    at::Tensor vr = in[2].view({B, S, kv, head_dim}).transpose(1, 2);  // [B, kv, S, hd]
+    // LibTorch's fused attention: causal, scale 1/sqrt(hd), softmax accumulated in float32,
+    // KV heads shared by h/kv query heads without materialising the repeats (enable_gqa).
+    at::Tensor o = at::scaled_dot_product_attention(qr, kr, vr, /*attn_mask=*/std::nullopt,
                                                     /*dropout_p=*/0.0, /*is_causal=*/true,
                                                     /*scale=*/std::nullopt,
                                                     /*enable_gqa=*/h != kv);
-  out = out.transpose(1, 2).reshape({B, S, h * head_dim});
+    return o.transpose(1, 2).reshape({B, S, h * head_dim});
+  };
+  at::Tensor out = checkpoint_mode() == CheckpointMode::kPointwise
+                       ? checkpoint(core, {q, k, v}, "attention core")
+                       : core({q, k, v});
   return (*wo)(out);
 }
 

@@ -11,6 +11,13 @@
 namespace hyperpar::nn {
 
 at::Tensor Module::operator()(const at::Tensor& x) {
+  if (checkpoint_mode_ == CheckpointMode::kWhole)
+    return checkpoint([this](const std::vector<at::Tensor>& in) { return call(in[0]); }, {x},
+                      type_name_.c_str());
+  return call(x);
+}
+
+at::Tensor Module::call(const at::Tensor& x) {
   at::Tensor in = x;
   for (auto& h : pre_hooks_) in = h(*this, in);
   at::Tensor out = forward(in);
@@ -54,7 +61,8 @@ void Module::register_buffer(const std::string& name, BufferFactory factory) {
   buffer_factories_.push_back({name, std::move(factory)});
 }
 
-std::vector<std::pair<std::string, Parameter*>> Module::named_parameters(const std::string& prefix) {
+std::vector<std::pair<std::string, Parameter*>> Module::named_parameters(
+    const std::string& prefix) {
   std::vector<std::pair<std::string, Parameter*>> out;
   for (const auto& n : param_order_) out.push_back({prefix + n, &params_.at(n)});
   for (auto& [n, m] : children_) {
@@ -132,8 +140,10 @@ void check_materialized(Module& m, const std::string& what) {
   std::string list;
   for (size_t i = 0; i < names.size() && i < 20; ++i) list += (i ? ", " : "") + names[i];
   if (names.size() > 20) list += ", ... (" + std::to_string(names.size()) + " in all)";
-  throw Error(what + ": parameters still on the meta device (call to_empty and init_weights "
-                     "first): " + list);
+  throw Error(what +
+              ": parameters still on the meta device (call to_empty and init_weights "
+              "first): " +
+              list);
 }
 
 }  // namespace hyperpar::nn

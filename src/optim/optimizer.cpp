@@ -89,7 +89,8 @@ void SGD::step() {
 }
 
 double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm,
-                      comm::World& world) {
+                      comm::World& world, int64_t pp) {
+  const double holders = static_cast<double>(world.size() / pp);
   at::NoGradGuard no_grad;
   double local = 0;
   for (auto* p : params) {
@@ -101,8 +102,7 @@ double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm
       for (size_t d = 0; d < ms.size(); ++d)
         if (dtensor::shard_dim(p->spec->placements()[d]) >= 0) distinct *= ms[d];
     }
-    local += g.to(at::kDouble).pow(2).sum().item<double>() * distinct /
-             static_cast<double>(world.size());
+    local += g.to(at::kDouble).pow(2).sum().item<double>() * distinct / holders;
   }
   at::Tensor total = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
   if (world.size() > 1) {

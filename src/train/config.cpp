@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "hyperpar/checkpoint/hf_config.h"
+#include "hyperpar/parallel/pipeline/stage_split.h"
 
 namespace hyperpar::train {
 namespace {
@@ -77,6 +78,26 @@ std::map<std::string, Setter> setters() {
     c.parallel.reshard_after_forward = true;
   };
   HP_BOOL(parallel, sequence_parallel, "parallel.sequence_parallel");
+  HP_INT(parallel, pp, "parallel.pp");
+  HP_INT(parallel, pp_microbatches, "parallel.pp_microbatches");
+  HP_INT(parallel, pp_virtual_stages, "parallel.pp_virtual_stages");
+  m["parallel.pp_schedule"] = [](Config& c, const YAML::Node& n) {
+    c.parallel.pp_schedule = as<std::string>(n, "parallel.pp_schedule");
+  };
+  m["parallel.activation_checkpoint"] = [](Config& c, const YAML::Node& n) {
+    const std::string key = "parallel.activation_checkpoint";
+    try {
+      c.parallel.activation_checkpoint =
+          parallel::parse_activation_checkpoint(as<std::string>(n, key), key);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const UsageError& e) {
+      throw ConfigError(std::string("config: ") + e.what());
+    }
+  };
+  m["parallel.pp_split"] = [](Config& c, const YAML::Node& n) {
+    c.parallel.pp_split = as<std::vector<int64_t>>(n, "parallel.pp_split");
+  };
   m["parallel.param_dtype"] = [](Config& c, const YAML::Node& n) {
     c.parallel.param_dtype =
         dtype_of(as<std::string>(n, "parallel.param_dtype"), "parallel.param_dtype");
@@ -250,6 +271,12 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return c;
 }
 
+parallel::pipeline::ScheduleSpec pipeline_spec(const Config& c) {
+  const auto& p = c.parallel;
+  return {parallel::pipeline::parse_schedule(p.pp_schedule, "parallel.pp_schedule"), p.pp,
+          p.pp_virtual_stages, p.pp_microbatches};
+}
+
 void validate(Config& c, int64_t world) {
   auto& p = c.parallel;
   auto& t = c.train;
@@ -261,14 +288,16 @@ void validate(Config& c, int64_t world) {
   } catch (const Error& e) {
     fail(e.what());
   }
-  if (p.tp < 1 || p.ep < 1 || p.dp_replicate < 1) fail("tp, ep and dp_replicate must be >= 1");
-  if (world % (p.tp * p.dp_replicate) != 0)
-    fail("world size " + std::to_string(world) +
-         " is not divisible by tp*dp_replicate = " + std::to_string(p.tp * p.dp_replicate));
-  const int64_t inferred = world / (p.tp * p.dp_replicate);
+  if (p.tp < 1 || p.ep < 1 || p.dp_replicate < 1 || p.pp < 1)
+    fail("tp, ep, pp and dp_replicate must be >= 1");
+  if (world % (p.pp * p.tp * p.dp_replicate) != 0)
+    fail("world size " + std::to_string(world) + " is not divisible by pp*tp*dp_replicate = " +
+         std::to_string(p.pp * p.tp * p.dp_replicate));
+  const int64_t inferred = world / (p.pp * p.tp * p.dp_replicate);
   if (p.dp_shard == -1) p.dp_shard = inferred;
   if (p.dp_shard != inferred)
-    fail("dp_replicate*dp_shard*tp = " + std::to_string(p.dp_replicate * p.dp_shard * p.tp) +
+    fail("pp*dp_replicate*dp_shard*tp = " +
+         std::to_string(p.pp * p.dp_replicate * p.dp_shard * p.tp) +
          " does not match the world size " + std::to_string(world));
   if (c.model.n_heads % p.tp || c.model.n_kv_heads % p.tp)
     fail("n_heads " + std::to_string(c.model.n_heads) + " and n_kv_heads " +
@@ -300,7 +329,26 @@ void validate(Config& c, int64_t world) {
   if (t.global_batch_size % (dp * t.micro_batches))
     fail("global_batch_size " + std::to_string(t.global_batch_size) + " must be divisible by dp (" +
          std::to_string(dp) + ") x micro_batches (" + std::to_string(t.micro_batches) + ")");
-  const int64_t micro_tokens = t.global_batch_size / (dp * t.micro_batches) * t.seq_len;
+  if (p.pp_microbatches < 1 || p.pp_virtual_stages < 1)
+    fail("parallel.pp_microbatches and parallel.pp_virtual_stages must be >= 1");
+  if (p.pp == 1 && (p.pp_microbatches > 1 || p.pp_virtual_stages > 1 || !p.pp_split.empty()))
+    fail("parallel.pp_microbatches, pp_virtual_stages and pp_split need parallel.pp > 1");
+  if (p.pp > 1) {
+    if (t.global_batch_size % (dp * t.micro_batches * p.pp_microbatches))
+      fail("global_batch_size " + std::to_string(t.global_batch_size) +
+           " must be divisible by dp (" + std::to_string(dp) + ") x micro_batches (" +
+           std::to_string(t.micro_batches) + ") x pp_microbatches (" +
+           std::to_string(p.pp_microbatches) + ")");
+    try {
+      const auto spec = pipeline_spec(c);
+      parallel::pipeline::check_schedule(spec, c.model.n_layers);
+      (void)parallel::pipeline::split_layers(c.model.n_layers, spec.stages(), p.pp_split);
+    } catch (const UsageError& e) {
+      fail(e.what());
+    }
+  }
+  const int64_t micro_tokens =
+      t.global_batch_size / (dp * t.micro_batches * p.pp_microbatches) * t.seq_len;
   if (p.ep > 1 && p.expert_tp == 1 && micro_tokens % p.tp)
     fail("with ep and expert_tp = 1 each tp rank dispatches an equal share of its tokens: the " +
          std::to_string(micro_tokens) + " tokens per micro-batch per dp rank must divide by tp " +

@@ -5,9 +5,28 @@
 #include "hyperpar/core/device_context.h"
 #include "hyperpar/parallel/expert_mesh.h"
 #include "hyperpar/parallel/expert_parallel.h"
+#include "hyperpar/parallel/pipeline/stage_split.h"
 #include "hyperpar/parallel/tensor_parallel.h"
 
 namespace hyperpar::train {
+
+namespace {
+
+// The plan entries that match a module of this part (a pipeline stage may hold no
+// embedding, no head, no dense or no MoE layer).
+parallel::ParallelizePlan plan_for(nn::Module& m, const parallel::ParallelizePlan& plan) {
+  const auto modules = m.named_modules();
+  parallel::ParallelizePlan kept;
+  for (const auto& entry : plan)
+    for (const auto& [fqn, mod] : modules)
+      if (parallel::fqn_matches(entry.first, fqn)) {
+        kept.push_back(entry);
+        break;
+      }
+  return kept;
+}
+
+}  // namespace
 
 ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World> world,
                                    bool materialize) {
@@ -16,8 +35,28 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
   std::optional<DeviceContext> meta;
   if (p.init_on_meta || !materialize) meta.emplace(c10::kMeta);
   // Every mesh creation and slice below happens under the meta context (invariant 1).
-  pm.world_mesh = mesh::DeviceMesh::init(world, {p.dp_replicate, p.dp_shard, p.tp},
-                                         {"dp_replicate", "dp_shard", "tp"});
+  models::ModelPart part;
+  if (p.pp > 1) {
+    // pp outermost: pipeline rank c holds ranks [c S, (c + 1) S), S = dp_replicate*dp_shard*tp,
+    // and each stage's ranks form the (dp_replicate, dp_shard, tp) mesh used below.
+    const mesh::DeviceMesh full = mesh::DeviceMesh::init(
+        world, {p.pp, p.dp_replicate, p.dp_shard, p.tp}, {"pp", "dp_replicate", "dp_shard", "tp"});
+    pm.pp_mesh = full["pp"];
+    pm.pp_rank = pm.pp_mesh->get_local_rank(0);
+    const int64_t per_stage = p.dp_replicate * p.dp_shard * p.tp;
+    std::vector<int64_t> ranks(per_stage);
+    std::iota(ranks.begin(), ranks.end(), pm.pp_rank * per_stage);
+    pm.world_mesh = mesh::DeviceMesh::from_ranks(world, {p.dp_replicate, p.dp_shard, p.tp}, ranks,
+                                                 {"dp_replicate", "dp_shard", "tp"});
+    const auto spec = pipeline_spec(c);
+    pm.stage_layers = parallel::pipeline::split_layers(c.model.n_layers, spec.stages(), p.pp_split);
+    part.layers = parallel::pipeline::layers_of_rank(pm.stage_layers, pm.pp_rank, p.pp);
+    part.embedding = pm.pp_rank == 0;
+    part.head = parallel::pipeline::rank_of_stage(spec.stages() - 1, p.pp) == pm.pp_rank;
+  } else {
+    pm.world_mesh = mesh::DeviceMesh::init(world, {p.dp_replicate, p.dp_shard, p.tp},
+                                           {"dp_replicate", "dp_shard", "tp"});
+  }
   pm.tp_mesh = (*pm.world_mesh)["tp"];
   pm.dp_mesh = p.dp_replicate > 1 ? pm.world_mesh->slice({"dp_replicate", "dp_shard"})
                                   : (*pm.world_mesh)["dp_shard"];
@@ -32,9 +71,12 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
     pm.ep_mesh = em->ep;
     pm.expert_dp_mesh = em->expert_dp;
   }
-  pm.model = std::make_shared<models::Transformer>(c.model);
+  pm.model = std::make_shared<models::Transformer>(c.model, part);
   auto& m = *pm.model;
-  if (ep) {
+  parallel::apply_activation_checkpoint(m, p.activation_checkpoint);
+  bool part_has_moe = false, part_has_dense = false;
+  for (auto& block : m.layers) (block->moe ? part_has_moe : part_has_dense) = true;
+  if (ep && part_has_moe) {
     // Experts first (Shard(0) on ep, or (Shard(0), hidden split) on (ep, tp)); the TP plan
     // below then leaves them alone.
     std::optional<mesh::DeviceMesh> split;
@@ -46,10 +88,9 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
   if (p.tp > 1)
     parallel::parallelize_module(
         m, *pm.tp_mesh,
-        parallel::transformer_tp_plan(
-            c.model.n_heads, c.model.n_kv_heads,
-            static_cast<int64_t>(c.model.moe_layers.size()) < c.model.n_layers, has_moe,
-            c.model.shared_expert, p.tp, p.sequence_parallel, /*moe_experts=*/!ep));
+        plan_for(m, parallel::transformer_tp_plan(
+                        c.model.n_heads, c.model.n_kv_heads, part_has_dense, part_has_moe,
+                        c.model.shared_expert, p.tp, p.sequence_parallel, /*moe_experts=*/!ep)));
   parallel::FSDPOptions fo;
   fo.reshard_after_forward = p.reshard_after_forward;
   fo.reshard_to = p.reshard_to;
@@ -68,7 +109,7 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
   // experts for l = L-1..0. Each group prefetches the next one of its chain.
   std::vector<std::vector<parallel::FSDPHandle>> blocks(m.layers.size());
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    const std::string prefix = "layers." + std::to_string(l) + ".";
+    const std::string prefix = "layers." + std::to_string(m.layer_ids[l]) + ".";
     // Expert FSDP first (its own group on the expert-FSDP mesh), then the block.
     std::optional<parallel::FSDPHandle> experts;
     if (ep && m.layers[l]->moe)
@@ -82,7 +123,20 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
     }
   }
   pm.fsdp.push_back(parallel::fully_shard(m, *pm.dp_mesh, fo));
-  if (p.prefetch) {
+  if (p.pp > 1) {
+    // Under a pipeline schedule the stages' groups are unsharded explicitly, once per step.
+    pm.stage_groups.resize(pm.stage_layers.size());
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+      const int64_t l = m.layer_ids[i];
+      for (size_t s = 0; s < pm.stage_layers.size(); ++s)
+        if (l >= pm.stage_layers[s].first && l < pm.stage_layers[s].end)
+          pm.stage_groups[s].insert(pm.stage_groups[s].end(), blocks[i].begin(), blocks[i].end());
+    }
+    for (size_t s = 0; s < pm.stage_layers.size(); ++s)
+      if ((pm.stage_layers[s].embedding && part.embedding) ||
+          (pm.stage_layers[s].head && part.head))
+        pm.stage_groups[s].push_back(pm.fsdp.back());
+  } else if (p.prefetch) {
     std::vector<parallel::FSDPHandle> fwd{pm.fsdp.back()}, bwd{pm.fsdp.back()};
     for (auto& b : blocks) fwd.insert(fwd.end(), b.begin(), b.end());
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)

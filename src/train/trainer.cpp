@@ -18,6 +18,7 @@
 #include "hyperpar/nn/safetensors.h"
 #include "hyperpar/optim/optimizer.h"
 #include "hyperpar/train/checkpointing.h"
+#include "hyperpar/train/pipeline_setup.h"
 #include "hyperpar/train/preemption.h"
 #include "hyperpar/train/progress.h"
 
@@ -78,18 +79,44 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   const int64_t micro_rows = local_rows / t.micro_batches;
   const bool dump_first =
       !o.dump_first_batch.empty() && pm.tp_mesh->ranks().front() == world.rank();
+  // Pipeline parallelism: each micro-batch is split again into pp_microbatches that the
+  // schedule runs; only the last stage's ranks see the loss, so their sums count pp times in
+  // the world average below (the others contribute 0).
+  const int64_t pp = c.parallel.pp;
+  std::unique_ptr<parallel::pipeline::PipelineRuntime> pipeline;
+  if (pp > 1) {
+    if (!o.dump_first_batch.empty())
+      throw UsageError("--dump-first-batch needs the whole model on each rank (parallel.pp = 1)");
+    pipeline = make_pipeline(c, pm);
+  }
+  const int64_t pp_microbatches = pp > 1 ? c.parallel.pp_microbatches : 1;
+  const int64_t pp_rows = micro_rows / pp_microbatches;
+  const double loss_weight = pp > 1 && pipeline->holds_last_stage() ? static_cast<double>(pp)
+                             : pp > 1                               ? 0.0
+                                                                    : 1.0;
   // Mean loss over the fixed validation batches: every dp rank its rows, no gradients.
   auto evaluate = [&] {
     at::NoGradGuard no_grad;
     double sum = 0;
     for (int64_t i = 0; i < t.eval_batches; ++i)
       for (int64_t mb = 0; mb < t.micro_batches; ++mb) {
-        const data::Batch b =
-            data.val_rows(i, pm.dp_rank * local_rows + mb * micro_rows, micro_rows);
+        const int64_t first = pm.dp_rank * local_rows + mb * micro_rows;
+        if (pipeline) {
+          sum += pipeline->evaluate(
+              [&](int64_t k) { return data.val_rows(i, first + k * pp_rows, pp_rows).tokens; },
+              [&](int64_t k, const at::Tensor& logits) {
+                return models::Transformer::loss(
+                           logits, data.val_rows(i, first + k * pp_rows, pp_rows).targets) /
+                       static_cast<double>(pp_microbatches);
+              });
+          continue;
+        }
+        const data::Batch b = data.val_rows(i, first, micro_rows);
         sum += models::Transformer::loss(model(b.tokens), b.targets).item<double>();
       }
-    at::Tensor v = at::tensor({sum / static_cast<double>(t.eval_batches * t.micro_batches)},
-                              at::TensorOptions().dtype(at::kDouble));
+    at::Tensor v =
+        at::tensor({sum * loss_weight / static_cast<double>(t.eval_batches * t.micro_batches)},
+                   at::TensorOptions().dtype(at::kDouble));
     world_group->all_reduce(v, comm::ReduceOp::kAvg, {"val_loss"});
     return v.item<double>();
   };
@@ -104,6 +131,16 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
       const bool last = mb + 1 == t.micro_batches;
       for (auto& h : pm.fsdp) h.set_requires_gradient_sync(last);
       const int64_t first = pm.dp_rank * local_rows + mb * micro_rows;
+      if (pipeline) {
+        loss_sum += pipeline->train_step(
+            [&](int64_t k) { return data.train_rows(step, first + k * pp_rows, pp_rows).tokens; },
+            [&](int64_t k, const at::Tensor& logits) {
+              return models::Transformer::loss(
+                         logits, data.train_rows(step, first + k * pp_rows, pp_rows).targets) /
+                     static_cast<double>(t.micro_batches * pp_microbatches);
+            });
+        continue;
+      }
       const data::Batch b = data.train_rows(step, first, micro_rows);
       const at::Tensor logits = model(b.tokens);
       if (dump_first && step == resumed + 1) dump_rows(o.dump_first_batch, first, b, logits);
@@ -114,12 +151,12 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     }
     // Loss of the global batch: the mean over data-parallel ranks (tp ranks agree).
     // [loss, preemption request]: a signal seen by any rank stops every rank after this step.
-    at::Tensor l = at::tensor({loss_sum, preemption_signal() ? 1.0 : 0.0},
+    at::Tensor l = at::tensor({loss_sum * loss_weight, preemption_signal() ? 1.0 : 0.0},
                               at::TensorOptions().dtype(at::kDouble));
     world_group->all_reduce(l, comm::ReduceOp::kAvg, {"loss"});
     const bool preempted = l[1].item<double>() > 0;
     l = l.narrow(0, 0, 1);
-    const double grad_norm = optim::clip_grad_norm(params, t.grad_clip, world);
+    const double grad_norm = optim::clip_grad_norm(params, t.grad_clip, world, pp);
     // Every rank sees the same (all-reduced) values, so every rank stops here, before the
     // update would write non-finite values into the weights.
     if (!std::isfinite(l.item<double>()) || !std::isfinite(grad_norm)) {

@@ -6,7 +6,8 @@
 # (full tensors, and DTensor shards from a 2-rank gloo run); corruption is refused (exit 2);
 # a rank killed during saves leaves the newest complete checkpoint loadable; preemption by
 # SIGTERM saves and exits 143; --max_restarts resumes from the newest checkpoint; async saves
-# equal sync ones. Every wait is bounded.
+# equal sync ones; a pipelined (PP2) checkpoint resumes under PP=1 and PP=4. Every wait is
+# bounded.
 set -u
 # The test build uses AddressSanitizer; leak reports at exit are off as in scripts/test.sh.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
@@ -170,4 +171,34 @@ check "restart: says it restarts" grep -q "restarting the job (restart 1 of 1)" 
 check "restart: resumed from step 5" grep -q "resumed from $tmp/R/step-5 (step 5" "$d.out"
 check "restart: losses 1..20 equal the uninterrupted run" same_losses "$tmp/ref.jsonl" "$tmp/restart.jsonl" 1 20 0
 cleanup_job "$d"
+
+# Pipeline stages: a PP2 x TP2 x EP2 x FSDP checkpoint (each stage's ranks write their own
+# layers' boxes) resumes under PP=1 (TP2 x EP2 x FSDP on 8 ranks) and under PP=4 with 2
+# interleaved stages per rank: the next steps' losses match the uninterrupted PP2 run.
+pp=(--config "$src/configs/pp2_tp2_ep2_fsdp.yaml")
+train8pp() { timeout 300 "$run" --worker_num 8 --log_dir "$1" "$train" "${pp[@]}" "${@:2}"; }
+train8pp "$tmp/l_ppref" --set train.steps=6 --metrics "$tmp/ppref.jsonl" >/dev/null 2>&1
+check "pp2 reference run" [ "$(wc -l <"$tmp/ppref.jsonl" 2>/dev/null)" = 6 ]
+train8pp "$tmp/l_ppa" --set train.steps=3 --set checkpoint.dir="$tmp/PIPE" --set checkpoint.interval=3 \
+  --metrics "$tmp/ppa.jsonl" --export "$tmp/ppexp3.safetensors" >/dev/null 2>&1
+check "pp2: step-3 saved by 8 ranks" bash -c "'$ckpt' inspect '$tmp/PIPE' | grep -q 'step 3, saved on 8 ranks'"
+# --export gathers every stage to rank 0; PyTorch DCP reads the pipelined checkpoint and finds
+# exactly those tensors.
+check "PyTorch DCP reads the pp2 checkpoint, equal to the pp2 --export" "$py" "$interop" dcp-read "$tmp/PIPE/step-3" "$tmp/ppexp3.safetensors"
+check "pp2 --export holds both stages (embedding, layers 0-7, head)" "$py" -c "
+from safetensors import safe_open
+k = set(safe_open('$tmp/ppexp3.safetensors', 'pt').keys())
+assert {'tok_embeddings.weight', 'output.weight', 'norm.weight'} <= k, k
+assert {f'layers.{l}.attention.wq.weight' for l in range(8)} <= k, k"
+while IFS='|' read -r name sets; do
+  cp -r "$tmp/PIPE" "$tmp/P_$name"
+  # shellcheck disable=SC2086
+  train8pp "$tmp/l_pp_$name" --set train.steps=6 --set checkpoint.dir="$tmp/P_$name" $sets \
+    --metrics "$tmp/pp_$name.jsonl" >"$tmp/pp_$name.out" 2>&1
+  check "pp2 -> $name: resumed at step 4" grep -q "continuing at step 4" "$tmp/pp_$name.out"
+  check "pp2 -> $name: losses 4..6 within 1e-5" same_losses "$tmp/ppref.jsonl" "$tmp/pp_$name.jsonl" 4 6 1e-5
+done <<'CASES'
+pp1|--set parallel.pp=1 --set parallel.pp_microbatches=1
+pp4v2|--set parallel.pp=4 --set parallel.tp=1 --set parallel.ep=1 --set parallel.pp_schedule=Interleaved1F1B --set parallel.pp_virtual_stages=2
+CASES
 finish_test

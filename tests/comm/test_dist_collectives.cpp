@@ -140,3 +140,67 @@ TEST(DistCollectives, SynchronousContractErrorsThenGroupStillWorks) {
   tp->all_reduce(t, ReduceOp::kSum);
   EXPECT_EQ(t[0].item<float>(), 4.0f);
 }
+
+// Point to point in a ring of the tp group (4 ranks): two messages in flight per pair, sent
+// with tags 1 then 2 and received 2 then 1, so only the tags can pair them.
+TEST(DistCollectives, SendRecvPairsByTag) {
+  auto tp = mesh24().get_group("tp");
+  const int64_t me = tp->rank(), n = tp->size();
+  const int64_t next = (me + 1) % n, prev = (me + n - 1) % n;
+  at::Tensor a = at::full({3, 5}, static_cast<double>(100 * world()->rank() + 1));
+  at::Tensor b = at::full({7}, static_cast<double>(100 * world()->rank() + 2));
+  comm::CollectiveOptions o1{"pp.act", true, 1}, o2{"pp.grad", true, 2};
+  auto s1 = tp->send(a, next, o1);
+  auto s2 = tp->send(b, next, o2);
+  at::Tensor rb = at::empty({7}), ra = at::empty({3, 5});
+  auto r2 = tp->recv(rb, prev, o2);
+  auto r1 = tp->recv(ra, prev, o1);
+  r2->wait();
+  r1->wait();
+  s1->wait();
+  s2->wait();
+  const int64_t from = tp->ranks()[prev];
+  EXPECT_TRUE(at::all(ra == 100 * from + 1).item<bool>());
+  EXPECT_TRUE(at::all(rb == 100 * from + 2).item<bool>());
+}
+
+TEST(DistCollectives, SendRecvContractErrorsAreSynchronous) {
+  auto tp = mesh24().get_group("tp");
+  auto expect_contract = [&](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const ContractError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+      EXPECT_NE(m.find("pp.act"), std::string::npos) << m;
+    }
+  };
+  comm::CollectiveOptions o{"pp.act", false, 3};
+  const int64_t other = (tp->rank() + 1) % tp->size();
+  expect_contract([&] { tp->send(at::randn({4, 4}).t(), other, o); }, "not contiguous");
+  expect_contract([&] { tp->recv(at::empty({4}, at::kMeta), other, o); }, "meta");
+  expect_contract([&] { tp->send(at::randn({4}), tp->rank(), o); }, "is this rank itself");
+  expect_contract([&] { tp->recv(at::empty({4}), 4, o); }, "not a group rank");
+  comm::CollectiveOptions big{"pp.act", false, 1 << 24};
+  expect_contract([&] { tp->send(at::randn({4}), other, big); }, "message_tag");
+  tp->barrier();
+}
+
+// A message of another size than the receiver's buffer is an error naming the recv: group
+// rank 1 expects 4 floats, rank 0 sends 5.
+TEST(DistCollectives, SendRecvSizeMismatchNamesTheRecv) {
+  auto tp = mesh24().get_group("tp");
+  if (tp->rank() == 0) tp->send(at::randn({5}), 1, {"pp.act", false, 9});
+  if (tp->rank() == 1) {
+    try {
+      tp->recv(at::empty({4}), 0, {"pp.act", false, 9});
+      ADD_FAILURE() << "a 5-float message filled a 4-float buffer";
+    } catch (const std::exception& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("recv on mesh dim tp ranks"), std::string::npos) << m;
+      EXPECT_NE(m.find("the message has 20 bytes, the buffer 16"), std::string::npos) << m;
+    }
+  }
+  tp->barrier();
+}

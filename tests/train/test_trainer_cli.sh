@@ -31,7 +31,7 @@ timeout 120 "$build/tools/hyperpar-run" --worker_num 8 --log_dir "$tmp/logs" -- 
 rc=$?
 [ $rc != 0 ] && [ $rc != 124 ] || { echo "FAIL: launcher rc=$rc"; fail=1; }
 for r in 0 1 2 3 4 5 6 7; do
-  grep -q "world size 8 is not divisible by tp\*dp_replicate = 3" "$tmp/logs/worker_$r.log" || { echo "FAIL: rank $r"; cat "$tmp/logs/worker_$r.log"; fail=1; }
+  grep -q "world size 8 is not divisible by pp\*tp\*dp_replicate = 3" "$tmp/logs/worker_$r.log" || { echo "FAIL: rank $r"; cat "$tmp/logs/worker_$r.log"; fail=1; }
 done
 grep -q "exited with code 2" "$tmp/o3" || { echo "FAIL: exit code 2 not reported"; cat "$tmp/o3"; fail=1; }
 # 3. Dry run for rank 5 of 8.
@@ -58,6 +58,49 @@ assert r["ep_group"] == [4, 5] and r["expert_dp_group"] == [1, 3, 5, 7], r
 w1 = {x["name"]: x for x in r["parameters"]}["layers.1.moe.experts.w1"]
 assert w1["local_shape"] == [0, 64, 64] and w1["placements"] == "(StridedShard(0, sf=2), Shard(0))", w1
 print("ep dry run ok")
+PY
+# 3c. Pipeline sizes (exit 2, naming the values) and the dry run of a 1024-rank
+# PP x FSDP x TP x EP layout for one rank: its stages, pipeline group and schedule.
+pp="$src/configs/pp2_tp2_ep2_fsdp.yaml"
+while IFS='|' read -r cfg sets want; do
+  # shellcheck disable=SC2086
+  "$train" --config "$cfg" $sets --dry-run --world-size 8 >"$tmp/op" 2>&1; rc=$?
+  [ $rc = 2 ] && grep -qF -- "$want" "$tmp/op" || { echo "FAIL: $sets (rc $rc): want '$want'"; cat "$tmp/op"; fail=1; }
+done <<CASES
+$pp|--set parallel.pp=3|world size 8 is not divisible by pp*tp*dp_replicate = 6
+$pp|--set parallel.pp_schedule=GPipe --set parallel.pp_virtual_stages=2|runs one stage per rank, got parallel.pp_virtual_stages 2
+$pp|--set parallel.pp=8 --set parallel.tp=1 --set parallel.ep=1 --set model.n_layers=4 --set model.moe.layers=[1]|model.n_layers 4 is fewer than the pp x virtual stages = 8 stages
+$pp|--set parallel.pp_split=[0,9]|parallel.pp_split [0, 9] must be strictly increasing and below n_layers 8
+$pp|--set parallel.pp_split=[0,2,4]|parallel.pp_split lists 3 first layers [0, 2, 4]; expected one per stage (2)
+$pp|--set parallel.pp_microbatches=3|must be divisible by dp (2) x micro_batches (1) x pp_microbatches (3)
+$pp|--set parallel.pp_schedule=Looped|parallel.pp_schedule
+$pp|--set parallel.pp_schedule=Interleaved1F1B --set parallel.pp_virtual_stages=5|model.n_layers 8 is fewer than the pp x virtual stages = 10 stages
+$pp|--set parallel.activation_checkpoint=every:0|parallel.activation_checkpoint must be none, full, every:K (K >= 1) or selective, got 'every:0'
+$src/configs/single.yaml|--set parallel.pp_microbatches=2|parallel.pp_microbatches, pp_virtual_stages and pp_split need parallel.pp > 1
+CASES
+"$train" --config "$pp" --set parallel.pp=4 --set parallel.tp=4 --set parallel.ep=4 \
+  --set parallel.pp_schedule=Interleaved1F1B --set parallel.pp_virtual_stages=2 \
+  --set train.global_batch_size=256 --set parallel.activation_checkpoint=selective \
+  --dry-run --world-size 1024 --rank 1000 >"$tmp/dry_pp.json" 2>&1 || { echo "FAIL: 1024-rank pp dry run"; tail -3 "$tmp/dry_pp.json"; fail=1; }
+python3 - "$tmp/dry_pp.json" <<'PY' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["mesh"] == {"names": ["pp", "dp_replicate", "dp_shard", "tp"], "shape": [4, 1, 64, 4]}, d["mesh"]
+p = d["pipeline"]
+assert p["schedule"] == "Interleaved1F1B" and p["pp"] == 4 and p["virtual_stages"] == 2, p
+assert [s["layers"] for s in p["stages"]] == [[i, i + 1] for i in range(8)], p["stages"]
+assert [s["pp_rank"] for s in p["stages"]] == [0, 1, 2, 3, 0, 1, 2, 3]
+assert 0 < p["bubble_fraction"] < 1, p
+r = d["ranks"][0]
+assert r["rank"] == 1000 and r["pp_rank"] == 3 and r["pp_group"] == [232, 488, 744, 1000], r["pp_group"]
+assert r["tp_group"] == [1000, 1001, 1002, 1003], r["tp_group"]
+acts = r["schedule"].split()
+assert acts[0] == "3UNSHARD" and "7F0" in acts and "7B0" in acts and "3SEND_F0" in acts, acts[:8]
+names = {x["name"].split(".")[0] + "." + x["name"].split(".")[1] for x in r["parameters"] if x["name"].startswith("layers.")}
+assert names == {"layers.3", "layers.7"}, names
+assert any(x["name"] == "output.weight" for x in r["parameters"])
+assert not any(x["name"].startswith("tok_embeddings") for x in r["parameters"])
+print("1024-rank pp dry run ok: bubble", p["bubble_fraction"])
 PY
 # 4. Metrics file.
 "$train" --config "$src/configs/single.yaml" --set train.steps=3 --metrics "$tmp/m.jsonl" >/dev/null 2>&1 || { echo "FAIL: run"; fail=1; }

@@ -14,6 +14,11 @@
 //   all_reduce(t, op): in place
 //   all_to_all_single(out, in, out_splits, in_splits): dim-0 rows; empty splits = equal
 //   broadcast(t, root): root is a group rank (index into ranks())
+//   send(t, peer) / recv(t, peer): point to point with group rank `peer` (not this rank);
+//     the receiver's buffer has the shape and dtype it expects (pipelines derive them from
+//     the config, so no metadata travels): a message of another size is an error naming the
+//     recv, raised by its wait (MPI probes the message; gloo, which would abort on a size
+//     mismatch, sends an 8-byte size before each message). opts.message_tag pairs them.
 // Average is computed as a sum followed by one division by the group size at completion,
 // so fp32 averages round once (no per-rank pre-scaling).
 //
@@ -60,6 +65,8 @@ class Communicator {
                                const CollectiveOptions& opts = {});
   WorkHandle broadcast(at::Tensor t, int64_t root, const CollectiveOptions& opts = {});
   WorkHandle barrier(const CollectiveOptions& opts = {});
+  WorkHandle send(const at::Tensor& t, int64_t peer, const CollectiveOptions& opts = {});
+  WorkHandle recv(at::Tensor t, int64_t peer, const CollectiveOptions& opts = {});
 
  protected:
   // Backends: buffers are already checked; splits are already expanded to rows per rank.
@@ -73,6 +80,9 @@ class Communicator {
                                    const std::vector<int64_t>& in_rows, bool async_op) = 0;
   virtual WorkHandle do_broadcast(at::Tensor t, int64_t root, bool async_op) = 0;
   virtual WorkHandle do_barrier(bool async_op) = 0;
+  /// peer is a group rank; `what` names the call for errors found at completion.
+  virtual WorkHandle do_send(at::Tensor t, int64_t peer, int64_t tag) = 0;
+  virtual WorkHandle do_recv(at::Tensor t, int64_t peer, int64_t tag, const std::string& what) = 0;
   /// Device type this backend's buffers must live on.
   virtual c10::DeviceType device_type() const { return c10::kCPU; }
 
@@ -82,6 +92,7 @@ class Communicator {
   uint64_t watch(const CallSite& site) const;
   static WorkHandle finish(WorkHandle work, WatchScope& watched, const CollectiveOptions& opts);
   void check_reduce_dtype(const CallSite& site, const at::Tensor& t, ReduceOp op) const;
+  void check_peer(const CallSite& site, int64_t peer, int64_t tag) const;
 
   std::vector<int64_t> ranks_;
   int64_t group_rank_;

@@ -31,6 +31,8 @@ class MpiCommunicator final : public Communicator {
                            const std::vector<int64_t>& in_rows, bool async_op) override;
   WorkHandle do_broadcast(at::Tensor t, int64_t root, bool async_op) override;
   WorkHandle do_barrier(bool async_op) override;
+  WorkHandle do_send(at::Tensor t, int64_t peer, int64_t tag) override;
+  WorkHandle do_recv(at::Tensor t, int64_t peer, int64_t tag, const std::string& what) override;
 
  private:
   MPI_Comm comm_;

@@ -12,6 +12,9 @@ struct CollectiveOptions {
   std::string tag;
   /// false: the call returns after wait(); true: the returned Work must be waited on.
   bool async_op = false;
+  /// send/recv: matches a send with the recv of the same tag between the same two ranks
+  /// (pipelines tag each message by stage, microbatch and direction). 0 .. 2^24 - 1.
+  int64_t message_tag = 0;
 };
 
 }  // namespace hyperpar::comm

@@ -28,6 +28,7 @@
 // absolute bounds [-2, 2], which for std 0.02 (or s_l) truncate nothing; and it gives w3 the
 // depth-scaled s_l (hyperpar: 0.02). Embeddings, norms, output and wo/w2 agree.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "hyperpar/nn/attention.h"
@@ -65,17 +66,34 @@ class TransformerBlock : public nn::Module {
   std::shared_ptr<nn::MoE> moe;                   // MoE layers
 };
 
+/// The part of the model one pipeline rank builds (parallel/pipeline/stage_split.h): some
+/// layers, each under its own name layers.L, and whether it holds the embedding and the head
+/// (norm + output). The default is the whole model.
+///   ModelPart{{4, 5, 12, 13}, false, true}  // layers 4, 5, 12, 13 and the head
+struct ModelPart {
+  std::optional<std::vector<int64_t>> layers;  // nullopt: all n_layers
+  bool embedding = true, head = true;
+};
+
 class Transformer : public nn::Module {
  public:
-  explicit Transformer(const TransformerConfig& cfg);
-  /// tokens [B, S] int64 -> logits [B, S, V]
+  explicit Transformer(const TransformerConfig& cfg, const ModelPart& part = {});
+  /// tokens [B, S] int64 -> logits [B, S, V] (the whole model only)
   at::Tensor forward(const at::Tensor& tokens) override;
+  /// One pipeline stage, layers [first_layer, end_layer) of this part: x is tokens [B, S]
+  /// when `embedding`, else the hidden state [B, S, D] (or its sequence shard); returns the
+  /// logits when `head`, else the hidden state after layer end_layer - 1.
+  at::Tensor forward_stage(int64_t first_layer, int64_t end_layer, bool embedding, bool head,
+                           const at::Tensor& x);
+  /// The block of layer `layer_id`; throws if this part does not hold it.
+  TransformerBlock& layer(int64_t layer_id);
   /// Mean next-token cross-entropy of logits [B, S, V] against targets [B, S].
   static at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
   TransformerConfig cfg;
-  std::shared_ptr<nn::Embedding> tok_embeddings;
+  std::shared_ptr<nn::Embedding> tok_embeddings;  // null when the part has no embedding
   std::vector<std::shared_ptr<TransformerBlock>> layers;
-  std::shared_ptr<nn::RMSNorm> norm;
+  std::vector<int64_t> layer_ids;     // layers[i] is layer layer_ids[i] (ascending)
+  std::shared_ptr<nn::RMSNorm> norm;  // null when the part has no head
   std::shared_ptr<nn::Linear> output;
 };
 

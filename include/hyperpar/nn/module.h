@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyperpar/nn/checkpoint.h"
 #include "hyperpar/nn/parameter.h"
 
 namespace hyperpar::nn {
@@ -55,6 +56,10 @@ class Module {
   void apply(const std::function<void(const std::string& fqn, Module&)>& fn);
 
   void add_forward_pre_hook(PreHook hook) { pre_hooks_.push_back(std::move(hook)); }
+  /// Activation checkpointing of this module (nn/checkpoint.h): kWhole checkpoints the whole
+  /// call (hooks included); kPointwise is for modules that implement it in their forward.
+  void set_checkpoint(CheckpointMode mode) { checkpoint_mode_ = mode; }
+  CheckpointMode checkpoint_mode() const { return checkpoint_mode_; }
   void add_forward_hook(PostHook hook) { post_hooks_.push_back(std::move(hook)); }
 
   /// Replaces every parameter and buffer by an uninitialised one of the same local shape
@@ -88,6 +93,8 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::vector<PreHook> pre_hooks_;
   std::vector<PostHook> post_hooks_;
+  CheckpointMode checkpoint_mode_ = CheckpointMode::kNone;
+  at::Tensor call(const at::Tensor& x);  // hooks and forward
 };
 
 /// Throws if any parameter of `m` is still on meta, listing their names.

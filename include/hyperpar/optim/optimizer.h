@@ -10,8 +10,10 @@
 //
 // clip_grad_norm: the global L2 norm over all parameters whatever their meshes (dense and
 // expert parameters live on different ones): each rank's local sum of squares is weighted
-// by (distinct shards of that parameter) / (world size), so that replicated copies count once,
-// and one all-reduce over the whole world sums them; equals the single-process norm.
+// by (distinct shards of that parameter) / (ranks holding it), so that replicated copies count
+// once, and one all-reduce over the whole world sums them; equals the single-process norm.
+// Under pipeline parallelism each parameter is held by the world / pp ranks of its stage, and
+// the all-reduce sums the stages.
 #include <string>
 #include <vector>
 
@@ -76,8 +78,8 @@ class SGD : public Optimizer {
 };
 
 /// Global gradient L2 norm (before clipping); scales gradients so the norm is <= max_norm
-/// when max_norm > 0. Collective over every rank of `world`.
+/// when max_norm > 0. Collective over every rank of `world`; `pp`: pipeline degree.
 double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm,
-                      comm::World& world);
+                      comm::World& world, int64_t pp = 1);
 
 }  // namespace hyperpar::optim

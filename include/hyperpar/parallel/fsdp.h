@@ -89,11 +89,30 @@ class FSDPHandle {
   void set_modules_to_backward_prefetch(const std::vector<FSDPHandle>& next);
   const FSDPStats& stats() const;
   void reset_stats();
+  /// Explicit unshard, FSDP2's unshard() as pipeline schedules use it: one all-gather, after
+  /// which the group stays unsharded for every forward (no per-forward gather, no reshard
+  /// after forward) until reshard(). The unsharded parameters are autograd leaves, so the
+  /// gradients of all microbatches accumulate there; reduce_grad() hands their sum to the
+  /// group's one reduction entry point (one reduce-scatter, honouring
+  /// set_requires_gradient_sync), issued asynchronously: wait_gradient_reductions() finishes
+  /// it. Without a preceding unshard() both are no-ops.
+  ///   for (auto& h : stage_groups) h.unshard();
+  ///   ... forward and backward of every microbatch ...
+  ///   for (auto& h : stage_groups) { h.reduce_grad(); h.reshard(); }
+  ///   wait_gradient_reductions();
+  void unshard();
+  void reduce_grad();
+  void reshard();
+  /// The leaves made by unshard() (empty when not explicitly unsharded).
+  std::vector<at::Tensor> unsharded_parameters() const;
   const std::vector<std::string>& fqns() const;
 
  private:
   std::shared_ptr<FSDPGroup> group_;
 };
+
+/// Finishes every reduce-scatter still in flight (after reduce_grad outside autograd).
+void wait_gradient_reductions();
 
 /// Applies FSDP to `module` (see above); `dp_mesh` is 1-D (shard) or 2-D (replicate, shard).
 FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh,

@@ -8,7 +8,11 @@
 //   parallel: {tp, ep, dp_replicate, dp_shard (-1 = infer), init_on_meta,
 //              reshard_after_forward (true | false | k ranks), prefetch,
 //              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
-//              expert_tp (1 | tp, see parallel/expert_mesh.h)}
+//              expert_tp (1 | tp, see parallel/expert_mesh.h),
+//              pp (pipeline stages' ranks, outermost mesh dim), pp_schedule (GPipe | 1F1B |
+//              Interleaved1F1B | InterleavedZeroBubble), pp_microbatches, pp_virtual_stages
+//              (stages per pp rank), pp_split ([first layer of each stage]; default even),
+//              activation_checkpoint (none | full | every:K | selective)}
 //   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
 //              weight_decay, grad_clip, seed, optimizer (adamw|sgd),
 //              eval_interval (0: no evaluation), eval_batches (2)}
@@ -29,6 +33,8 @@
 #include "hyperpar/core/error.h"
 #include "hyperpar/data/data_loader.h"
 #include "hyperpar/models/transformer.h"
+#include "hyperpar/parallel/activation_checkpoint.h"
+#include "hyperpar/parallel/pipeline/schedules.h"
 
 namespace hyperpar::train {
 
@@ -44,6 +50,11 @@ struct ParallelConfig {
   int64_t reshard_to = 0;  // reshard_after_forward: k -> post-forward groups of k ranks
   bool prefetch = true;    // FSDP all-gather prefetch of the next group (forward, backward)
   c10::ScalarType param_dtype = c10::kFloat, reduce_dtype = c10::kFloat;
+  // Pipeline parallelism (parallel/pipeline/): world = pp x dp_replicate x dp_shard x tp.
+  int64_t pp = 1, pp_microbatches = 1, pp_virtual_stages = 1;
+  std::string pp_schedule = "1F1B";
+  std::vector<int64_t> pp_split;  // first layer of each stage; empty: even split
+  parallel::ActivationCheckpoint activation_checkpoint;  // parallel/activation_checkpoint.h
 };
 
 struct TrainConfig {
@@ -87,5 +98,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 /// Checks values and sizes against `world_size` and infers dp_shard; throws ConfigError.
 /// c.comm.backend should be resolved first (the MPI backend reduces float32 only).
 void validate(Config& c, int64_t world_size);
+/// The pipeline schedule of c.parallel (pp, pp_virtual_stages, pp_microbatches, pp_schedule).
+parallel::pipeline::ScheduleSpec pipeline_spec(const Config& c);
 
 }  // namespace hyperpar::train

@@ -10,19 +10,33 @@
 // With ep > 1 (MoE models), EP borrows ranks from data parallel: the ep and expert-FSDP
 // meshes of parallel/expert_mesh.h (worked 8-rank example there). Each MoE's experts get
 // their own fully_shard group on the expert-FSDP mesh before their block's.
+// With pp > 1 the world mesh is (pp, dp_replicate, dp_shard, tp), pp outermost: 8 ranks,
+// pp=2, tp=2: pipeline rank 1 holds ranks 4..7; rank 5's pipeline is {1, 5}, its tp group
+// {4, 5}, its dp_shard group {5, 7}. Each rank builds only the modules of its stages
+// (parallel/pipeline/stage_split.h), under their whole-model names, and the trainer runs
+// them with parallel/pipeline/pipeline_runtime.h.
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "hyperpar/models/transformer.h"
 #include "hyperpar/parallel/fsdp.h"
+#include "hyperpar/parallel/pipeline/stage_split.h"
 #include "hyperpar/train/config.h"
 
 namespace hyperpar::train {
 
 struct ParallelModel {
-  std::shared_ptr<models::Transformer> model;
+  std::shared_ptr<models::Transformer> model;  // with pp > 1: this rank's stages only
+  /// The (dp_replicate, dp_shard, tp) mesh: of the whole world, or with pp > 1 of this
+  /// rank's pipeline stage (the ranks [c S, (c + 1) S) of pipeline rank c, S = world / pp).
   std::optional<mesh::DeviceMesh> world_mesh, dp_mesh, tp_mesh;
+  std::optional<mesh::DeviceMesh> pp_mesh;  // pp > 1: this rank's pipeline (dim "pp")
+  int64_t pp_rank = 0;
+  std::vector<parallel::pipeline::StageLayers> stage_layers;  // pp > 1: every stage's
+  /// pp > 1: per global stage, the FSDP groups of its modules on this rank (empty for the
+  /// stages of other pipeline ranks).
+  std::vector<std::vector<parallel::FSDPHandle>> stage_groups;
   std::optional<mesh::DeviceMesh> ep_mesh, expert_dp_mesh;  // set when ep > 1
   std::vector<parallel::FSDPHandle> fsdp;
   int64_t dp_rank = 0, dp_size = 1;  // this rank's data-parallel index and the dp degree

@@ -1,0 +1,321 @@
+#pragma once
+// FSDPGroup: the state of one fully_shard parameter group (internal to parallel/; the public
+// API is parallel/fsdp.h). Gathering (flat all-gather, prefetch, post-forward resharding),
+// the single gradient-reduction entry point, and the explicit unshard used by pipeline
+// schedules all operate on it.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/native/Resize.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyperpar/core/error.h"
+#include "hyperpar/dtensor/shard_math.h"
+#include "hyperpar/parallel/fsdp.h"
+
+namespace hyperpar::parallel {
+
+using dtensor::chunk_range;
+
+class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
+ public:
+  std::vector<nn::Parameter*> params;
+  std::vector<std::string> fqns;
+  std::vector<std::vector<int64_t>> full_local;      // TP-local (unsharded by FSDP) shape
+  std::vector<int64_t> row_numel, max_rows, offset;  // per param; offset into a rank segment
+  int64_t segment = 0;                               // padded elements per rank
+  std::shared_ptr<comm::Communicator> shard_group, replicate_group;
+  std::optional<mesh::DeviceMesh> dp_mesh;  // groups are fetched at first use (dry runs never)
+  int64_t dp = 1, coord = 0;
+
+  std::shared_ptr<comm::Communicator> reshard_group;  // post-forward group (reshard_to)
+
+  // Ranks that share a post-forward shard: reshard_to consecutive shard coordinates.
+  int64_t post_forward_size() const { return opts.reshard_to > 0 ? opts.reshard_to : dp; }
+
+  void ensure_groups() {
+    if (shard_group) return;
+    shard_group = dp_mesh->get_group(dp_mesh->ndim() - 1);
+    if (dp_mesh->ndim() == 2 && dp_mesh->size(0) > 1) replicate_group = dp_mesh->get_group(0);
+    const int64_t k = post_forward_size();
+    if (k > 1 && k < dp) {
+      const auto all = dp_mesh->group_ranks(dp_mesh->ndim() - 1);
+      const auto first = all.begin() + (coord / k) * k;
+      std::vector<int64_t> block(first, first + k);
+      std::string label = "fsdp post-forward ranks [";
+      for (size_t i = 0; i < block.size(); ++i) label += (i ? ", " : "") + std::to_string(block[i]);
+      reshard_group = dp_mesh->world()->group(block, label + "]");
+    }
+  }
+  FSDPOptions opts;
+  std::string tag;
+  std::vector<at::Tensor> unsharded;
+  std::vector<at::Tensor> grad_acc;
+  bool sync = true, freed = false;
+  FSDPStats stats;
+
+  int64_t rows(size_t i, int64_t r) const { return chunk_range(full_local[i][0], dp, r).size; }
+
+  // A prefetched all-gather in flight: its buffers and the shards' versions when issued.
+  struct PendingGather {
+    comm::WorkHandle work;
+    at::Tensor send, recv;
+    std::vector<int64_t> versions;
+    bool from_kept;
+  };
+  // With reshard_to = k < dp: after forward this rank keeps the padded segments of dp / k
+  // shard ranks (its position j = coord % k picks segments [j * dp/k, (j+1) * dp/k)), so
+  // the k ranks of its post-forward group hold the whole flat buffer between them.
+  at::Tensor kept;
+  std::optional<PendingGather> pending;
+  std::vector<std::weak_ptr<FSDPGroup>> forward_prefetch, backward_prefetch;
+
+  std::vector<int64_t> shard_versions() const {
+    std::vector<int64_t> v;
+    for (auto* p : params) v.push_back(static_cast<int64_t>(p->data._version()));
+    return v;
+  }
+
+  // Issues the flat all-gather without waiting: of every shard (padded, cast to
+  // param_dtype) over the shard group, or of the post-forward chunks over the reshard group.
+  void begin_gather(bool from_kept = false) {
+    if (pending) return;
+    auto opts_t = at::TensorOptions().dtype(opts.param_dtype);
+    at::Tensor send;
+    ensure_groups();
+    auto group = shard_group;
+    if (from_kept) {
+      send = kept;
+      group = reshard_group;
+    } else {
+      send = at::zeros({segment}, opts_t);
+      for (size_t i = 0; i < params.size(); ++i) {
+        const at::Tensor& shard = params[i]->data;
+        if (shard.numel() > 0)
+          send.narrow(0, offset[i], shard.numel()).copy_(shard.detach().reshape({-1}));
+      }
+    }
+    at::Tensor recv = at::empty({dp * segment}, opts_t);
+    auto work = group->all_gather_into_tensor(recv, send, {tag, true});
+    ++stats.all_gathers;
+    if (from_kept) ++stats.post_forward_group_gathers;
+    pending = PendingGather{work, send, recv, shard_versions(), from_kept};
+  }
+
+  // The gathered [dp * segment] buffer: the prefetched one if it is still current (no shard
+  // changed since it was issued, e.g. by an optimizer step), else a fresh all-gather.
+  at::Tensor gather_flat(bool from_kept = false) {
+    if (pending) {
+      pending->work->wait();
+      if (pending->versions == shard_versions() && pending->from_kept == from_kept)
+        ++stats.prefetched;
+      else
+        pending.reset();  // stale: a shard was updated after it was issued
+    }
+    if (!pending) begin_gather(from_kept);
+    pending->work->wait();
+    at::Tensor flat = pending->recv;
+    pending.reset();
+    return flat;
+  }
+
+  void prefetch(const std::vector<std::weak_ptr<FSDPGroup>>& targets, bool only_freed) {
+    for (const auto& w : targets)
+      if (auto t = w.lock())
+        if (!only_freed || t->freed) t->begin_gather(only_freed && t->kept.defined());
+  }
+
+  // Rank r's rows of param i inside the gathered buffer, concatenated over ranks.
+  void copy_out(const at::Tensor& flat, size_t i, at::Tensor dst) {
+    int64_t row = 0;
+    for (int64_t r = 0; r < dp; ++r) {
+      const int64_t n = rows(i, r);
+      if (n == 0) continue;
+      dst.narrow(0, row, n).view({-1}).copy_(
+          flat.narrow(0, r * segment + offset[i], n * row_numel[i]));
+      row += n;
+    }
+  }
+
+  std::vector<at::Tensor> unshard_new() {
+    at::Tensor flat = gather_flat();
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor t = at::empty(full_local[i], at::TensorOptions().dtype(opts.param_dtype));
+      copy_out(flat, i, t);
+      out.push_back(t);
+    }
+    return out;
+  }
+
+  // Rows of param i that shard rank r holds start at this row of the unsharded tensor.
+  int64_t first_row(size_t i, int64_t r) const {
+    int64_t row = 0;
+    for (int64_t q = 0; q < r; ++q) row += rows(i, q);
+    return row;
+  }
+
+  void free_unsharded() {
+    const int64_t k = post_forward_size();
+    if (k < dp) {
+      const int64_t per = dp / k, j = coord % k;
+      kept = at::zeros({per * segment}, at::TensorOptions().dtype(opts.param_dtype));
+      for (int64_t r = j * per; r < (j + 1) * per; ++r)
+        for (size_t i = 0; i < params.size(); ++i) {
+          const int64_t n = rows(i, r);
+          if (n == 0) continue;
+          kept.narrow(0, (r - j * per) * segment + offset[i], n * row_numel[i])
+              .copy_(unsharded[i].detach().narrow(0, first_row(i, r), n).reshape({-1}));
+        }
+    }
+    for (auto& t : unsharded) at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), 0);
+    freed = true;
+  }
+
+  // Refill freed storage in place (saved tensors alias it); written through a fresh alias
+  // so the autograd version counter is untouched.
+  void refill() {
+    if (!freed) return;
+    at::Tensor flat = gather_flat(kept.defined());
+    kept = at::Tensor();
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor& t = unsharded[i];
+      at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(),
+                                   t.numel() * t.element_size());
+      at::Tensor alias = at::from_blob(t.data_ptr(), t.sizes(), t.options());
+      copy_out(flat, i, alias);
+    }
+    freed = false;
+  }
+
+  // Explicit unshard (pipeline schedules, FSDPHandle::unshard): the unsharded parameters are
+  // autograd leaves that every forward uses until release_held(); gradients of all
+  // microbatches accumulate on them and reach reduce_grads once, through reduce_held().
+  bool held = false;
+  void hold() {
+    if (held || params.empty()) return;
+    HP_CHECK(unsharded.empty(), "FSDP ", tag,
+             ": unshard() while a forward's unsharded parameters are still in use");
+    unsharded = unshard_new();
+    for (auto& t : unsharded) t.requires_grad_(true);
+    held = true;
+    freed = false;
+  }
+  void reduce_held() {
+    if (!held) return;
+    std::vector<at::Tensor> grads;
+    for (auto& t : unsharded) {
+      grads.push_back(t.grad());
+      t.mutable_grad() = at::Tensor();
+    }
+    reduce_grads(grads, /*in_backward=*/false);
+  }
+  void release_held() {
+    if (!held) return;
+    unsharded.clear();
+    held = false;
+  }
+
+  // The single gradient-reduction entry point: grads (any layout) -> sharded grads.
+  // in_backward: called by autograd (the end-of-backward callback finishes what is in
+  // flight); otherwise wait_gradient_reductions() does.
+  std::vector<at::Tensor> reduce_grads(const std::vector<at::Tensor>& grads,
+                                       bool in_backward = true) {
+    std::vector<at::Tensor> full(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (grads[i].defined() && !grads[i].is_contiguous()) ++stats.noncontiguous_grads;
+      full[i] = grads[i].defined()
+                    ? grads[i].to(opts.reduce_dtype)
+                    : at::zeros(full_local[i], at::TensorOptions().dtype(opts.reduce_dtype));
+      if (!grad_acc.empty() && grad_acc[i].defined()) full[i] = full[i] + grad_acc[i];
+    }
+    std::vector<at::Tensor> out(params.size());
+    if (!sync) {
+      grad_acc = full;  // unreduced running sum; sharded grads stay untouched
+      return out;
+    }
+    grad_acc.clear();
+    auto ropt = at::TensorOptions().dtype(opts.reduce_dtype);
+    // Copy-in: rank r's rows of every parameter at r * segment + offset (contiguous, padded).
+    at::Tensor send = at::zeros({dp * segment}, ropt);
+    for (size_t i = 0; i < params.size(); ++i) {
+      int64_t row = 0;
+      for (int64_t r = 0; r < dp; ++r) {
+        const int64_t n = rows(i, r);
+        if (n == 0) continue;
+        send.narrow(0, r * segment + offset[i], n * row_numel[i])
+            .copy_(full[i].narrow(0, row, n).reshape({-1}));
+        row += n;
+      }
+    }
+    at::Tensor recv = at::empty({segment}, ropt);
+    ensure_groups();
+    finish_all_reductions();  // at most one reduce-scatter in flight (bounds memory)
+    auto work = shard_group->reduce_scatter_tensor(recv, send, reduce_op(), {tag, true});
+    ++stats.reduce_scatters;
+    pending_reduce = PendingReduce{work, send, recv};
+    in_flight().push_back(shared_from_this());
+    // Whatever is still in flight when this backward ends is finished then (FSDP2's
+    // post-backward callback), so the optimizer always sees complete gradients.
+    if (in_backward)
+      torch::autograd::Engine::get_default_engine().queue_callback([] { finish_all_reductions(); });
+    return out;  // undefined: finish_reduce writes the sharded gradients itself
+  }
+
+  comm::ReduceOp reduce_op() const {
+    return opts.gradient_divide_factor ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
+  }
+
+  // An issued reduce-scatter: waited on when the next group reduces or backward ends; then
+  // the HSDP all-reduce, the divide factor, and the sharded gradients written (added to any
+  // gradient already there, as autograd accumulation would).
+  struct PendingReduce {
+    comm::WorkHandle work;
+    at::Tensor send, recv;
+  };
+  std::optional<PendingReduce> pending_reduce;
+
+  void finish_reduce() {
+    if (!pending_reduce) return;
+    PendingReduce pr = std::move(*pending_reduce);
+    pending_reduce.reset();
+    pr.work->wait();
+    if (replicate_group) {
+      replicate_group->all_reduce(pr.recv, reduce_op(), {tag, false});
+      ++stats.all_reduces;
+    }
+    if (opts.gradient_divide_factor) pr.recv.div_(*opts.gradient_divide_factor);
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor& shard = params[i]->data;
+      at::Tensor g = pr.recv.narrow(0, offset[i], shard.numel())
+                         .view(shard.sizes())
+                         .to(shard.scalar_type())
+                         .clone();
+      at::Tensor& grad = shard.mutable_grad();
+      if (grad.defined())
+        grad.add_(g);
+      else
+        grad = g;
+    }
+  }
+
+  // Groups with a reduce-scatter in flight, in issue order (one backward thread: CPU autograd
+  // runs on the caller's thread, so does the end-of-backward callback).
+  static std::vector<std::weak_ptr<FSDPGroup>>& in_flight() {
+    static std::vector<std::weak_ptr<FSDPGroup>> groups;
+    return groups;
+  }
+  static void finish_all_reductions() {
+    auto groups = std::move(in_flight());
+    in_flight().clear();
+    for (auto& w : groups)
+      if (auto g = w.lock()) g->finish_reduce();
+  }
+};
+
+}  // namespace hyperpar::parallel
