@@ -9,6 +9,13 @@
 // input file is split: its last val_fraction of bytes go to val.bin, the rest to train.bin.
 // Prints the tokens written to each file. For a Hugging Face tokenizer instead of bytes:
 // scripts/tokenize_hf.py writes the same formats.
+//
+//   hyperpar-data batches --config configs/single.yaml --set train.steps=12 --out b.safetensors
+//   -> every training step's global batch as hyperpar-train reads it (synthetic or files):
+//      tokens and targets [steps, global_batch_size, seq_len] int64, so that another
+//      implementation (bench/peer/) trains on exactly the same batches.
+#include <ATen/ATen.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
@@ -19,6 +26,8 @@
 
 #include "hyperpar/core/error.h"
 #include "hyperpar/data/token_file.h"
+#include "hyperpar/nn/safetensors.h"
+#include "hyperpar/train/config.h"
 
 using namespace hyperpar;
 namespace fs = std::filesystem;
@@ -85,6 +94,26 @@ int bytes_command(const std::string& out, double val_fraction, const std::string
   return 0;
 }
 
+int batches_command(const std::string& config, const std::vector<std::string>& sets,
+                    const std::string& out) {
+  train::Config c = train::load_config(config, sets);
+  train::validate(c, c.parallel.pp * c.parallel.tp * c.parallel.dp_replicate *
+                         std::max<int64_t>(1, c.parallel.dp_shard));
+  const auto& t = c.train;
+  data::DataLoader loader(c.data, t.seq_len, c.model.vocab_size, t.global_batch_size, t.seed, 0);
+  std::vector<at::Tensor> tokens, targets;
+  for (int64_t step = 1; step <= t.steps; ++step) {
+    const data::Batch b = loader.train_rows(step, 0, t.global_batch_size);
+    tokens.push_back(b.tokens);
+    targets.push_back(b.targets);
+  }
+  nn::write_safetensors_file(out, {{"tokens", at::stack(tokens)}, {"targets", at::stack(targets)}},
+                             {{"steps", std::to_string(t.steps)}}, false);
+  std::cout << "hyperpar-data: " << t.steps << " batches of " << t.global_batch_size << " x "
+            << t.seq_len << " tokens -> " << out << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +127,12 @@ int main(int argc, char** argv) {
   bytes->add_option("--val_fraction", val_fraction, "share of each file for val.bin (0.1)");
   bytes->add_option("--format", format, "llmc (default, self-describing), u16 or u32");
   bytes->add_option("inputs", inputs, "text files or directories")->required();
+  std::string config;
+  std::vector<std::string> sets;
+  auto* batches = app.add_subcommand("batches", "every training step's batch of a config");
+  batches->add_option("--config", config, "hyperpar-train config (YAML)")->required();
+  batches->add_option("--set", sets, "section.key=value override (repeatable)");
+  batches->add_option("--out", out, "output safetensors file")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -105,6 +140,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   try {
+    if (batches->parsed()) return batches_command(config, sets, out);
     return bytes_command(out, val_fraction, format, inputs);
   } catch (const UsageError& e) {
     std::cerr << "hyperpar-data: " << e.what() << "\n";

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "hyperpar/core/error.h"
@@ -90,32 +91,37 @@ void SGD::step() {
 
 double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm,
                       comm::World& world, int64_t pp) {
-  const double holders = static_cast<double>(world.size() / pp);
   at::NoGradGuard no_grad;
-  double local = 0;
+  const double holders = static_cast<double>(world.size() / pp);
+  // Gradients grouped by how many distinct shards their parameter has across the world; one
+  // fused norm kernel (_foreach_norm) per group, summed in double, one host read in all.
+  std::map<int64_t, std::vector<at::Tensor>> by_distinct;
+  std::vector<at::Tensor> all;
   for (auto* p : params) {
     at::Tensor g = p->data.grad();
     if (!g.defined()) continue;
-    double distinct = 1;  // distinct shards of this parameter across the world
+    int64_t distinct = 1;
     if (p->spec) {
       const auto ms = p->spec->mesh().shape();
       for (size_t d = 0; d < ms.size(); ++d)
         if (dtensor::shard_dim(p->spec->placements()[d]) >= 0) distinct *= ms[d];
     }
-    local += g.to(at::kDouble).pow(2).sum().item<double>() * distinct / holders;
+    by_distinct[distinct].push_back(g);
+    all.push_back(g);
   }
-  at::Tensor total = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor local = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
+  for (const auto& [distinct, grads] : by_distinct) {
+    const at::Tensor sq = at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).pow(2).sum();
+    local.add_(sq * (static_cast<double>(distinct) / holders));
+  }
   if (world.size() > 1) {
-    std::vector<int64_t> all(world.size());
-    std::iota(all.begin(), all.end(), 0);
-    world.group(all, "world")->all_reduce(total, comm::ReduceOp::kSum, {"clip_grad_norm"});
+    std::vector<int64_t> ranks(world.size());
+    std::iota(ranks.begin(), ranks.end(), 0);
+    world.group(ranks, "world")->all_reduce(local, comm::ReduceOp::kSum, {"clip_grad_norm"});
   }
-  const double norm = std::sqrt(total.item<double>());
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto* p : params)
-      if (p->data.grad().defined()) p->data.mutable_grad().mul_(scale);
-  }
+  const double norm = std::sqrt(local.item<double>());
+  if (max_norm > 0 && norm > max_norm && !all.empty())
+    at::_foreach_mul_(all, max_norm / (norm + 1e-6));
   return norm;
 }
 

@@ -82,6 +82,12 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
            "fully_shard: reshard_after_forward to ", opts.reshard_to,
            " ranks must divide the shard group size ", g->dp, " (or be 0: the whole group)");
   g->coord = dp_mesh.get_local_rank(shard_dim_of_mesh);
+  // One shard rank, no replication, fp32 throughout, no divide factor: every collective
+  // would be a copy of the rank's own data, so the group keeps its parameters as they are
+  // (leaves that autograd accumulates into) and installs no hook: specs are still set.
+  g->trivial = g->dp == 1 && (dp_mesh.ndim() == 1 || dp_mesh.size(0) == 1) &&
+               opts.param_dtype == c10::kFloat && opts.reduce_dtype == c10::kFloat &&
+               (!opts.gradient_divide_factor || *opts.gradient_divide_factor == 1.0);
   bool any_meta = false;
   for (auto& [fqn, p] : module.named_parameters(prefix)) {
     if (p->fsdp_managed) continue;
@@ -120,6 +126,8 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
       if (p->data.is_meta()) {
         any_meta = true;
         shard = at::empty(local_shape, p->data.options());
+      } else if (g->trivial) {
+        shard = p->data;
       } else {
         const IndexRange rr = chunk_range(tp_local[0], g->dp, g->coord);
         shard = p->data.narrow(0, rr.start, rr.size).clone();
@@ -138,6 +146,7 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     g->max_rows.push_back(max_chunk_size(tp_local[0], g->dp));
     g->offset.push_back(g->segment);
     g->segment += g->max_rows.back() * rn;
+    if (g->trivial) continue;
     auto old = p->materialize;
     std::weak_ptr<FSDPGroup> weak = g;
     p->materialize = [weak, idx, old, fqn](const at::Tensor&) {
@@ -153,6 +162,7 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
   (void)any_meta;
   if (g->params.empty()) return FSDPHandle(g);
   g->dp_mesh = dp_mesh;
+  if (g->trivial) return FSDPHandle(g);
   module.add_forward_pre_hook([g](nn::Module& m, const at::Tensor& x) {
     // Before any communication: a parameter left on meta (no to_empty) is named here, at
     // the call site, not found later by a collective (the root's check covers the model).

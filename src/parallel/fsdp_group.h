@@ -53,6 +53,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   }
   FSDPOptions opts;
   std::string tag;
+  bool trivial = false;  // one rank, nothing to gather or reduce (fully_shard)
   std::vector<at::Tensor> unsharded;
   std::vector<at::Tensor> grad_acc;
   bool sync = true, freed = false;
@@ -74,6 +75,19 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   std::optional<PendingGather> pending;
   std::vector<std::weak_ptr<FSDPGroup>> forward_prefetch, backward_prefetch;
 
+  // Flat communication buffers, kept between steps (CPU tensors are not cached by an
+  // allocator: a fresh one per call costs its page faults every time). A group has at most
+  // one all-gather and one reduce-scatter in flight, and each buffer is consumed (copied out)
+  // before the next call of its kind on the group, so one of each suffices.
+  at::Tensor gather_send, gather_recv, reduce_send, reduce_recv;
+  at::Tensor& reused(at::Tensor& buf, int64_t numel, c10::ScalarType dtype) {
+    if (!buf.defined() || buf.numel() != numel || buf.scalar_type() != dtype) {
+      buf = at::empty({numel}, at::TensorOptions().dtype(dtype));
+      ++stats.buffer_allocations;
+    }
+    return buf;
+  }
+
   std::vector<int64_t> shard_versions() const {
     std::vector<int64_t> v;
     for (auto* p : params) v.push_back(static_cast<int64_t>(p->data._version()));
@@ -83,8 +97,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   // Issues the flat all-gather without waiting: of every shard (padded, cast to
   // param_dtype) over the shard group, or of the post-forward chunks over the reshard group.
   void begin_gather(bool from_kept = false) {
-    if (pending) return;
-    auto opts_t = at::TensorOptions().dtype(opts.param_dtype);
+    if (pending || trivial) return;
     at::Tensor send;
     ensure_groups();
     auto group = shard_group;
@@ -92,14 +105,14 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
       send = kept;
       group = reshard_group;
     } else {
-      send = at::zeros({segment}, opts_t);
+      send = reused(gather_send, segment, opts.param_dtype).zero_();
       for (size_t i = 0; i < params.size(); ++i) {
         const at::Tensor& shard = params[i]->data;
         if (shard.numel() > 0)
           send.narrow(0, offset[i], shard.numel()).copy_(shard.detach().reshape({-1}));
       }
     }
-    at::Tensor recv = at::empty({dp * segment}, opts_t);
+    at::Tensor recv = reused(gather_recv, dp * segment, opts.param_dtype);
     auto work = group->all_gather_into_tensor(recv, send, {tag, true});
     ++stats.all_gathers;
     if (from_kept) ++stats.post_forward_group_gathers;
@@ -197,7 +210,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   // microbatches accumulate on them and reach reduce_grads once, through reduce_held().
   bool held = false;
   void hold() {
-    if (held || params.empty()) return;
+    if (held || params.empty() || trivial) return;
     HP_CHECK(unsharded.empty(), "FSDP ", tag,
              ": unshard() while a forward's unsharded parameters are still in use");
     unsharded = unshard_new();
@@ -239,9 +252,11 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
       return out;
     }
     grad_acc.clear();
-    auto ropt = at::TensorOptions().dtype(opts.reduce_dtype);
-    // Copy-in: rank r's rows of every parameter at r * segment + offset (contiguous, padded).
-    at::Tensor send = at::zeros({dp * segment}, ropt);
+    // Copy-in: rank r's rows of every parameter at r * segment + offset (contiguous, padded),
+    // into this group's kept buffer (its own previous reduce-scatter is finished by now: at
+    // the end of that backward; the check keeps it so).
+    if (pending_reduce) finish_reduce();
+    at::Tensor send = reused(reduce_send, dp * segment, opts.reduce_dtype).zero_();
     for (size_t i = 0; i < params.size(); ++i) {
       int64_t row = 0;
       for (int64_t r = 0; r < dp; ++r) {
@@ -252,7 +267,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
         row += n;
       }
     }
-    at::Tensor recv = at::empty({segment}, ropt);
+    at::Tensor recv = reused(reduce_recv, segment, opts.reduce_dtype);
     ensure_groups();
     finish_all_reductions();  // at most one reduce-scatter in flight (bounds memory)
     auto work = shard_group->reduce_scatter_tensor(recv, send, reduce_op(), {tag, true});

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "hyperpar/comm/watchdog.h"
+#include "hyperpar/core/cpu_time.h"
 #include "hyperpar/core/process_memory.h"
 #include "hyperpar/nn/safetensors.h"
 #include "hyperpar/optim/optimizer.h"
@@ -94,6 +95,15 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   const double loss_weight = pp > 1 && pipeline->holds_last_stage() ? static_cast<double>(pp)
                              : pp > 1                               ? 0.0
                                                                     : 1.0;
+  // A pipeline's microbatch k: its tokens (first stage) and its loss term (last stage), from
+  // rows(k), the microbatch's batch; `parts` is how many loss terms make the mean.
+  using RowsFn = std::function<data::Batch(int64_t)>;
+  auto pp_tokens = [](RowsFn rows) { return [rows](int64_t k) { return rows(k).tokens; }; };
+  auto pp_loss = [](RowsFn rows, int64_t parts) {
+    return [rows, parts](int64_t k, const at::Tensor& logits) {
+      return models::Transformer::loss(logits, rows(k).targets) / static_cast<double>(parts);
+    };
+  };
   // Mean loss over the fixed validation batches: every dp rank its rows, no gradients.
   auto evaluate = [&] {
     at::NoGradGuard no_grad;
@@ -102,13 +112,10 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
       for (int64_t mb = 0; mb < t.micro_batches; ++mb) {
         const int64_t first = pm.dp_rank * local_rows + mb * micro_rows;
         if (pipeline) {
-          sum += pipeline->evaluate(
-              [&](int64_t k) { return data.val_rows(i, first + k * pp_rows, pp_rows).tokens; },
-              [&](int64_t k, const at::Tensor& logits) {
-                return models::Transformer::loss(
-                           logits, data.val_rows(i, first + k * pp_rows, pp_rows).targets) /
-                       static_cast<double>(pp_microbatches);
-              });
+          const auto rows = [&](int64_t k) {
+            return data.val_rows(i, first + k * pp_rows, pp_rows);
+          };
+          sum += pipeline->evaluate(pp_tokens(rows), pp_loss(rows, pp_microbatches));
           continue;
         }
         const data::Batch b = data.val_rows(i, first, micro_rows);
@@ -122,6 +129,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   };
   for (int64_t step = resumed + 1; step <= t.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
     const double lr = t.warmup_steps > 0 && step <= t.warmup_steps
                           ? t.lr * static_cast<double>(step) / static_cast<double>(t.warmup_steps)
                           : t.lr;
@@ -132,13 +140,11 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
       for (auto& h : pm.fsdp) h.set_requires_gradient_sync(last);
       const int64_t first = pm.dp_rank * local_rows + mb * micro_rows;
       if (pipeline) {
-        loss_sum += pipeline->train_step(
-            [&](int64_t k) { return data.train_rows(step, first + k * pp_rows, pp_rows).tokens; },
-            [&](int64_t k, const at::Tensor& logits) {
-              return models::Transformer::loss(
-                         logits, data.train_rows(step, first + k * pp_rows, pp_rows).targets) /
-                     static_cast<double>(t.micro_batches * pp_microbatches);
-            });
+        const auto rows = [&](int64_t k) {
+          return data.train_rows(step, first + k * pp_rows, pp_rows);
+        };
+        loss_sum +=
+            pipeline->train_step(pp_tokens(rows), pp_loss(rows, t.micro_batches * pp_microbatches));
         continue;
       }
       const data::Batch b = data.train_rows(step, first, micro_rows);
@@ -170,13 +176,18 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     opt->zero_grad();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // CPU seconds of this step summed over every rank (one 8-byte all-reduce).
+    at::Tensor cpu =
+        at::full({1}, process_cpu_seconds() - cpu_start, at::TensorOptions().dtype(at::kDouble));
+    world_group->all_reduce(cpu, comm::ReduceOp::kSum, {"cpu_s"});
     StepMetrics m{step,
                   l.item<double>(),
                   grad_norm,
                   lr,
                   static_cast<double>(t.global_batch_size * t.seq_len) / secs,
                   secs,
-                  peak_rss_mb()};
+                  peak_rss_mb(),
+                  cpu.item<double>()};
     if (t.eval_interval > 0 && step % t.eval_interval == 0) m.val_loss = evaluate();
     result.steps.push_back(m);
     // Start-up (rendezvous, materialisation, the first step) is over: from now on every
@@ -190,9 +201,10 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
           std::snprintf(val, sizeof(val), ", \"val_loss\": %.17g", m.val_loss);
         std::snprintf(buf, sizeof(buf),
                       "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
-                      "\"tokens_per_s\": %.6g, \"step_time_s\": %.6g, \"peak_rss_mb\": %.6g%s}\n",
+                      "\"tokens_per_s\": %.6g, \"step_time_s\": %.6g, \"peak_rss_mb\": %.6g, "
+                      "\"cpu_s\": %.6g%s}\n",
                       static_cast<long long>(step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
-                      m.step_time_s, m.peak_rss_mb, val);
+                      m.step_time_s, m.peak_rss_mb, m.cpu_s, val);
         metrics << buf;
         metrics.flush();
         HP_CHECK(metrics.good(), "--metrics ", metrics_path, ": writing step ", step,

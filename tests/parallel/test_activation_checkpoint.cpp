@@ -90,14 +90,15 @@ TEST(ActivationCheckpoint, EveryModeIsBitIdenticalAndRecomputesWhatItSays) {
   }
 }
 
-// Through the trainer: FSDP (1-rank world, meta init) refills each block before its
-// recomputation; three AdamW steps give exactly the losses and grad norms of no checkpointing.
+// Through the trainer: FSDP (1-rank world, meta init, bf16 parameters so that the group
+// gathers and reduces rather than keeping fp32 leaves) unshards each block again for its
+// recomputation; three AdamW steps give exactly the losses and grad norms of none.
 TEST(ActivationCheckpoint, TrainerStepsAreBitIdenticalWithFsdp) {
   auto steps = [](const std::string& mode) {
     auto world = comm::World::simulated(0, 1);
-    train::Config c =
-        train::load_config(std::string(HYPERPAR_SOURCE_DIR) + "/configs/single.yaml",
-                           {"train.steps=3", "parallel.activation_checkpoint=" + mode});
+    train::Config c = train::load_config(std::string(HYPERPAR_SOURCE_DIR) + "/configs/single.yaml",
+                                         {"train.steps=3", "parallel.param_dtype=bfloat16",
+                                          "parallel.activation_checkpoint=" + mode});
     train::validate(c, 1);
     auto pm = train::build_parallel_model(c, world);
     auto res = train::run_training(c, pm, *world, "", false);

@@ -4,7 +4,8 @@
 // rank's final weights within 1e-5 relative (fp32; the schedules only reorder microbatches
 // whose gradients are summed, so differences come from summation order, measured ~1e-7).
 // Layouts: PP2 x FSDP2 x TP2 (1F1B), PP2 x TP2 x EP2 with FSDP (GPipe), PP4 interleaved with
-// 2 virtual stages per rank (x FSDP2), PP8 zero bubble (I/W split), PP2 x HSDP(2) x TP2.
+// 2 virtual stages per rank (x FSDP2), PP8 zero bubble (I/W split), PP2 x HSDP(2) x TP2, and
+// gradient accumulation (train.micro_batches) around the schedule.
 // Communication: one all-gather and one reduce-scatter per FSDP group and step whatever the
 // number of microbatches, and one send/recv per microbatch and stage boundary.
 #include <gtest/gtest.h>
@@ -68,6 +69,15 @@ TEST(DistPipeline, Pp2Hsdp2Tp2) {
                  pp_baseline(), 1e-5, "pp2 hsdp2 tp2");
 }
 
+// Gradient accumulation around the pipeline: 2 micro-batches, each running the whole
+// schedule (FSDP reduces once, after the second), equal one big batch.
+TEST(DistPipeline, GradientAccumulationAroundTheSchedule) {
+  expect_matches(
+      run("pp2_tp2_ep2_fsdp.yaml",
+          with({"parallel.ep=1", "train.micro_batches=2", "parallel.pp_microbatches=2"}), true),
+      pp_baseline(), 1e-5, "pp2 fsdp2 tp2, micro_batches 2");
+}
+
 // FSDP under PP as torchtitan configures it: per step and group one all-gather (UNSHARD)
 // and one reduce-scatter (after the last microbatch's backward), not one per microbatch;
 // p2p: each of the 4 microbatches crosses the one stage boundary once each way.
@@ -82,6 +92,7 @@ TEST(DistPipeline, CommunicationOncePerStepAndStage) {
     EXPECT_EQ(h.stats().all_gathers, steps) << h.fqns().front();
     EXPECT_EQ(h.stats().reduce_scatters, steps) << h.fqns().front();
     EXPECT_EQ(h.stats().prefetched, 0) << h.fqns().front();
+    EXPECT_EQ(h.stats().buffer_allocations, 4) << h.fqns().front();  // reused by step 2
   }
   // Rank 0's stage 0 holds layers 0-3 and the embedding; stage 1 layers 4-7 and the head.
   for (auto& [name, p] : pm.model->named_parameters()) {

@@ -160,3 +160,14 @@ TEST(DistTrain, CommunicationCountsAndRegressions) {
     EXPECT_NE(std::string(e.what()).find("not contiguous"), std::string::npos) << e.what();
   }
 }
+
+// FSDP's flat all-gather and reduce-scatter buffers are allocated once per group (send and
+// receive of each) and reused by every later step, prefetch and refill included.
+TEST(DistTrain, FsdpBuffersAreReusedAcrossSteps) {
+  train::ParallelModel pm;
+  run("tp2_ep2_fsdp.yaml", {"train.steps=3"}, true, &pm);
+  for (auto& h : pm.fsdp) {
+    EXPECT_EQ(h.stats().all_gathers, 6) << h.fqns().front();  // forward + refill, 3 steps
+    EXPECT_EQ(h.stats().buffer_allocations, 4) << h.fqns().front();
+  }
+}

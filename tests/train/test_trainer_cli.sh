@@ -109,7 +109,8 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r["step"] for r in rows] == [1, 2, 3], rows
 for r in rows:
-    assert set(r) == {"step", "loss", "grad_norm", "lr", "tokens_per_s", "step_time_s", "peak_rss_mb"}, r
+    assert set(r) == {"step", "loss", "grad_norm", "lr", "tokens_per_s", "step_time_s", "peak_rss_mb", "cpu_s"}, r
+    assert 0 < r["cpu_s"] < 60, r
 print("metrics ok")
 PY
 # 5. Honest validation: each exits 2 naming the file, key or value.

@@ -6,6 +6,8 @@
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW):
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr wd p;
 //   p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// Per-parameter ATen ops, each using the intra-op threads: LibTorch's CPU _fused_adamw_ was
+// measured slower (1.43 vs 1.28 s per step for a 16M-parameter model on 2 threads).
 // SGD: buf = momentum buf + g (+ wd p in g); p -= lr buf.
 //
 // clip_grad_norm: the global L2 norm over all parameters whatever their meshes (dense and

@@ -33,6 +33,10 @@
 // with the group's FQNs. With set_requires_gradient_sync(false), gradients accumulate unsharded and
 // unreduced; the next synced backward reduces the sum once.
 //
+// A group of one shard rank without replication, fp32 and no divide factor (a one-rank world,
+// a pipeline stage with dp 1) gathers and reduces nothing: its parameters stay autograd
+// leaves used directly by forward, the specs are still set, and no hook is installed.
+//
 // Under DeviceContext(meta) (or with meta parameters) nothing is communicated: specs are
 // set and the local shards are meta tensors of their shard shape, ready for to_empty +
 // init_weights.
@@ -71,6 +75,9 @@ struct FSDPStats {
   /// Gradients that reached the reduction entry point as non-contiguous views (transposed
   /// or strided autograd results); each was copied into the flat buffer like any other.
   int64_t noncontiguous_grads = 0;
+  /// Flat all-gather / reduce-scatter buffers allocated: 4 per group (send and receive of
+  /// each), once; later steps reuse them.
+  int64_t buffer_allocations = 0;
 };
 
 class FSDPGroup;

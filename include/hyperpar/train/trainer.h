@@ -27,6 +27,7 @@ namespace hyperpar::train {
 struct StepMetrics {
   int64_t step;
   double loss, grad_norm, lr, tokens_per_s, step_time_s, peak_rss_mb;
+  double cpu_s;  // CPU seconds of the step, summed over all ranks
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not evaluated this step
 };
 

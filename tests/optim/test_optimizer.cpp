@@ -1,0 +1,75 @@
+// Optimizers against their formulas computed in double precision (PyTorch's AdamW and SGD):
+// three steps with weight decay on parameters of several shapes, one of them with no
+// gradient (left untouched). Tolerance 1e-6 relative: the updates are float32 arithmetic.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hyperpar/optim/optimizer.h"
+
+using namespace hyperpar;
+
+namespace {
+
+nn::Parameter make_param(std::vector<int64_t> shape, uint64_t seed) {
+  nn::Parameter p;
+  p.shape = shape;
+  at::manual_seed(seed);
+  p.data = at::randn(shape).requires_grad_(true);
+  return p;
+}
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  return ((a.to(at::kDouble) - b).abs() / (b.abs() + 1e-12)).max().item<double>();
+}
+
+}  // namespace
+
+TEST(Optimizer, AdamWMatchesItsFormula) {
+  nn::Parameter a = make_param({4, 3}, 1), b = make_param({5}, 2), frozen = make_param({2}, 3);
+  const at::Tensor frozen_before = frozen.data.detach().clone();
+  const double lr = 1e-2, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8;
+  optim::AdamW opt({&a, &b, &frozen}, lr, wd, b1, b2, eps);
+  std::vector<at::Tensor> p{a.data.detach().to(at::kDouble), b.data.detach().to(at::kDouble)};
+  std::vector<at::Tensor> m{at::zeros_like(p[0]), at::zeros_like(p[1])}, v = m;
+  v = {at::zeros_like(p[0]), at::zeros_like(p[1])};
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<at::Tensor> g{at::randn({4, 3}), at::randn({5})};
+    a.data.mutable_grad() = g[0].clone();
+    b.data.mutable_grad() = g[1].clone();
+    opt.step();
+    for (size_t i = 0; i < 2; ++i) {
+      const at::Tensor gd = g[i].to(at::kDouble);
+      p[i] = p[i] * (1 - lr * wd);
+      m[i] = b1 * m[i] + (1 - b1) * gd;
+      v[i] = b2 * v[i] + (1 - b2) * gd * gd;
+      const double c1 = 1 - std::pow(b1, t), c2 = 1 - std::pow(b2, t);
+      p[i] = p[i] - lr / c1 * m[i] / (v[i].sqrt() / std::sqrt(c2) + eps);
+    }
+    EXPECT_LE(max_rel(a.data.detach(), p[0]), 1e-6) << "step " << t;
+    EXPECT_LE(max_rel(b.data.detach(), p[1]), 1e-6) << "step " << t;
+  }
+  EXPECT_EQ(opt.steps_taken(), 3);
+  EXPECT_TRUE(at::equal(frozen.data.detach(), frozen_before));
+  const auto state = opt.state_tensors();
+  ASSERT_EQ(state.size(), 6u);
+  EXPECT_LE(max_rel(state[0].tensor, m[0]), 1e-6);  // exp_avg of a
+  EXPECT_LE(max_rel(state[1].tensor, v[0]), 1e-6);  // exp_avg_sq of a
+}
+
+TEST(Optimizer, SgdWithMomentumMatchesItsFormula) {
+  nn::Parameter a = make_param({3, 2}, 4);
+  const double lr = 0.1, mom = 0.9, wd = 0.01;
+  optim::SGD opt({&a}, lr, mom, wd);
+  at::Tensor p = a.data.detach().to(at::kDouble), buf;
+  for (int t = 1; t <= 3; ++t) {
+    const at::Tensor g = at::randn({3, 2});
+    a.data.mutable_grad() = g.clone();
+    opt.step();
+    const at::Tensor gd = g.to(at::kDouble) + wd * p;
+    buf = t == 1 ? gd : mom * buf + gd;
+    p = p - lr * buf;
+    EXPECT_LE(max_rel(a.data.detach(), p), 1e-6) << "step " << t;
+  }
+}
