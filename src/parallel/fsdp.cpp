@@ -63,9 +63,6 @@ const std::vector<std::string>& FSDPHandle::fqns() const { return group_->fqns; 
 void FSDPHandle::unshard() { group_->hold(); }
 void FSDPHandle::reduce_grad() { group_->reduce_held(); }
 void FSDPHandle::reshard() { group_->release_held(); }
-std::vector<at::Tensor> FSDPHandle::unsharded_parameters() const {
-  return group_->held ? group_->unsharded : std::vector<at::Tensor>{};
-}
 void wait_gradient_reductions() { FSDPGroup::finish_all_reductions(); }
 
 FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, const FSDPOptions& opts,

@@ -7,7 +7,7 @@
 // 2 virtual stages per rank (x FSDP2), PP8 zero bubble (I/W split), PP2 x HSDP(2) x TP2, and
 // gradient accumulation (train.micro_batches) around the schedule.
 // Communication: one all-gather and one reduce-scatter per FSDP group and step whatever the
-// number of microbatches, and one send/recv per microbatch and stage boundary.
+// number of microbatches.
 #include <gtest/gtest.h>
 
 #include "common/train_run.h"
@@ -79,8 +79,7 @@ TEST(DistPipeline, GradientAccumulationAroundTheSchedule) {
 }
 
 // FSDP under PP as torchtitan configures it: per step and group one all-gather (UNSHARD)
-// and one reduce-scatter (after the last microbatch's backward), not one per microbatch;
-// p2p: each of the 4 microbatches crosses the one stage boundary once each way.
+// and one reduce-scatter (after the last microbatch's backward), not one per microbatch.
 TEST(DistPipeline, CommunicationOncePerStepAndStage) {
   train::ParallelModel pm;
   const int steps = 2;

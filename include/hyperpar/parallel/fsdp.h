@@ -110,8 +110,6 @@ class FSDPHandle {
   void unshard();
   void reduce_grad();
   void reshard();
-  /// The leaves made by unshard() (empty when not explicitly unsharded).
-  std::vector<at::Tensor> unsharded_parameters() const;
   const std::vector<std::string>& fqns() const;
 
  private:

@@ -50,7 +50,6 @@ at::Tensor PipelineRuntime::receive(int64_t from_stage, int64_t mb, bool backwar
   pp_group_->recv(buf, rank_of_stage(from_stage, spec_.pp),
                   {detail::concat(what, " of stage ", from_stage, " microbatch ", mb), false,
                    message_tag(from_stage, mb, backward)});
-  ++stats_.recvs;
   return buf;
 }
 
@@ -63,7 +62,6 @@ void PipelineRuntime::send(const at::Tensor& t, int64_t to_stage, int64_t from_s
       pp_group_->send(t.detach().contiguous(), rank_of_stage(to_stage, spec_.pp),
                       {detail::concat(what, " of stage ", from_stage, " microbatch ", mb), true,
                        message_tag(from_stage, mb, backward)}));
-  ++stats_.sends;
 }
 
 double PipelineRuntime::train_step(const TokensFn& tokens, const LossFn& loss) {

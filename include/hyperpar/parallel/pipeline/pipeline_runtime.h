@@ -48,10 +48,6 @@ struct ActivationSpec {
   c10::ScalarType dtype = c10::kFloat;
 };
 
-struct PipelineStats {
-  int64_t sends = 0, recvs = 0;
-};
-
 class PipelineRuntime {
  public:
   /// stage, input -> output (hidden state, or logits on the last stage)
@@ -75,7 +71,6 @@ class PipelineRuntime {
   int64_t pp_rank() const { return pp_rank_; }
   bool holds_last_stage() const;
   const std::vector<LocalStage>& stages() const { return stages_; }
-  const PipelineStats& stats() const { return stats_; }
 
  private:
   struct Microbatch {
@@ -96,7 +91,6 @@ class PipelineRuntime {
   ActivationSpec activation_;
   RankActions actions_;
   std::vector<comm::WorkHandle> sends_;
-  PipelineStats stats_;
 };
 
 }  // namespace hyperpar::parallel::pipeline
