@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
-pkgs=(cmake g++ make libopenmpi-dev openmpi-bin libyaml-cpp-dev libgtest-dev libcli11-dev libgloo-dev libxxhash-dev python3-venv bc procps)
+pkgs=(cmake g++ make libopenmpi-dev openmpi-bin libyaml-cpp-dev libgtest-dev libcli11-dev libgloo-dev libxxhash-dev nlohmann-json3-dev python3-venv bc procps)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

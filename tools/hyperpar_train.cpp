@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   CLI::App app{"hyperpar-train: N-D parallel Transformer training"};
   std::string config_path, metrics, export_path, dump_first_batch;
   std::vector<std::string> sets;
-  bool dry = false;
+  bool dry = false, comm_report = false;
   int64_t world_size = -1, rank = -1;
   app.add_option("--config", config_path, "YAML config (see configs/)")->required();
   app.add_option("--set", sets, "override, e.g. --set train.steps=5 (repeatable)");
@@ -206,6 +206,10 @@ int main(int argc, char** argv) {
   app.add_option("--dump-first-batch", dump_first_batch,
                  "write the first step's tokens, targets and logits here (DIR/rows-F.safetensors, "
                  "one file per data-parallel rank) for comparison with another implementation");
+  app.add_flag("--comm-report", comm_report,
+               "count every collective per module group and op (calls, bytes per step, against "
+               "the layout's least); rank 0 prints every rank's table at the end and appends it "
+               "to --metrics");
   app.add_flag("--dry-run", dry, "print meshes, placements, shapes and memory; launch nothing");
   app.add_option("--world-size", world_size, "dry run: world size");
   app.add_option("--rank", rank, "dry run: only this rank");
@@ -297,6 +301,7 @@ int main(int argc, char** argv) {
     opts.metrics_path = metrics;
     opts.data = &*data;
     opts.dump_first_batch = dump_first_batch;
+    opts.comm_report = comm_report;
     train::run_training(cfg, pm, *world, opts);
     if (!export_path.empty()) {
       train::export_full_model(cfg, pm, export_path, *world);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "hyperpar/comm/traffic.h"
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
 
@@ -38,6 +39,8 @@ CallSite Communicator::site(const char* op, const CollectiveOptions& opts) const
 }
 
 namespace {
+
+double bytes_of(const at::Tensor& t) { return static_cast<double>(t.numel() * t.element_size()); }
 
 // Keeps a collective registered with the watchdog until its Work completes.
 class WatchedWork final : public Work {
@@ -101,6 +104,7 @@ WorkHandle Communicator::all_gather_into_tensor(at::Tensor out, const at::Tensor
   check_buffer(s, "input", in, std::nullopt, device_type());
   check_buffer(s, "output", out, in.scalar_type(), device_type());
   check_numel_ratio(s, "output", out, "input", in, size());
+  record_traffic(s.op, static_cast<double>(size() - 1) * bytes_of(in));
   WatchScope watched(watch(s));
   return finish(do_all_gather(out, in, opts.async_op), watched, opts);
 }
@@ -112,6 +116,7 @@ WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor&
   check_buffer(s, "output", out, in.scalar_type(), device_type());
   check_numel_ratio(s, "input", in, "output", out, size());
   check_reduce_dtype(s, in, op);
+  record_traffic(s.op, static_cast<double>(size() - 1) * bytes_of(out));
   WatchScope watched(watch(s));
   return finish(do_reduce_scatter(out, in, op, opts.async_op), watched, opts);
 }
@@ -120,6 +125,8 @@ WorkHandle Communicator::all_reduce(at::Tensor t, ReduceOp op, const CollectiveO
   const CallSite s = site("all_reduce", opts);
   check_buffer(s, "tensor", t, std::nullopt, device_type());
   check_reduce_dtype(s, t, op);
+  record_traffic(s.op,
+                 2.0 * static_cast<double>(size() - 1) / static_cast<double>(size()) * bytes_of(t));
   WatchScope watched(watch(s));
   return finish(do_all_reduce(t, op, opts.async_op), watched, opts);
 }
@@ -165,6 +172,14 @@ WorkHandle Communicator::all_to_all_single(at::Tensor out, const at::Tensor& in,
                          ", output " + describe_tensor(out));
   auto in_rows = rows_per_rank(s, "input", in, std::move(in_splits), size());
   auto out_rows = rows_per_rank(s, "output", out, std::move(out_splits), size());
+  if (traffic_recording()) {
+    const int64_t rows = in.dim() == 0 ? 1 : in.size(0);
+    const double row_bytes = rows == 0 ? 0.0 : bytes_of(in) / static_cast<double>(rows);
+    int64_t away = 0;
+    for (int64_t r = 0; r < size(); ++r)
+      if (r != rank()) away += in_rows[r];
+    record_traffic(s.op, static_cast<double>(away) * row_bytes);
+  }
   WatchScope watched(watch(s));
   return finish(do_all_to_all(out, in, out_rows, in_rows, opts.async_op), watched, opts);
 }
@@ -175,12 +190,14 @@ WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveO
   if (root < 0 || root >= size())
     fail_contract(s, "root " + std::to_string(root) + " is not a group rank in [0, " +
                          std::to_string(size()) + ")");
+  record_traffic(s.op, root == rank() && size() > 1 ? bytes_of(t) : 0.0);
   WatchScope watched(watch(s));
   return finish(do_broadcast(t, root, opts.async_op), watched, opts);
 }
 
 WorkHandle Communicator::barrier(const CollectiveOptions& opts) {
   const CallSite s = site("barrier", opts);
+  record_traffic(s.op, 0.0);
   WatchScope watched(watch(s));
   return finish(do_barrier(opts.async_op), watched, opts);
 }
@@ -198,6 +215,7 @@ WorkHandle Communicator::send(const at::Tensor& t, int64_t peer, const Collectiv
   const CallSite s = site("send", opts);
   check_buffer(s, "tensor", t, std::nullopt, device_type());
   check_peer(s, peer, opts.message_tag);
+  record_traffic(s.op, bytes_of(t));
   WatchScope watched(watch(s));
   return finish(do_send(t, peer, opts.message_tag), watched, opts);
 }
@@ -206,6 +224,7 @@ WorkHandle Communicator::recv(at::Tensor t, int64_t peer, const CollectiveOption
   const CallSite s = site("recv", opts);
   check_buffer(s, "tensor", t, std::nullopt, device_type());
   check_peer(s, peer, opts.message_tag);
+  record_traffic(s.op, 0.0);
   WatchScope watched(watch(s));
   const std::string what = "recv on " + s.group + " from group rank " + std::to_string(peer) +
                            (s.tag.empty() ? "" : ", tag '" + s.tag + "'") + " into " +

@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "hyperpar/comm/traffic.h"
 #include "hyperpar/core/error.h"
 #include "hyperpar/dtensor/differentiable.h"
 #include "hyperpar/nn/moe.h"
@@ -48,18 +49,29 @@ at::Tensor split_rows(const at::Tensor& x, const mesh::DeviceMesh& tp, bool part
 
 at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicator> group,
                            std::vector<int64_t> out_rows, std::vector<int64_t> in_rows,
-                           const std::string& tag) {
-  auto run = [group, tag](const at::Tensor& in, const std::vector<int64_t>& out_r,
-                          const std::vector<int64_t>& in_r, const char* what) {
+                           const std::string& tag, int64_t bound_rows,
+                           int64_t bound_rows_backward) {
+  // The backward's all-to-all counts under the scope of the forward (comm/traffic.h).
+  const std::string scope = comm::TrafficScope::current();
+  auto run = [group, tag, scope](const at::Tensor& in, const std::vector<int64_t>& out_r,
+                                 const std::vector<int64_t>& in_r, int64_t bound_rows,
+                                 const char* what) {
+    comm::TrafficScope traffic(scope);
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] = sum(out_r);
     at::Tensor out = at::empty(shape, in.options());
+    if (bound_rows >= 0 && in.size(0) > 0)
+      comm::record_traffic_bound("all_to_all_single",
+                                 static_cast<double>(bound_rows * (in.numel() / in.size(0)) *
+                                                     static_cast<int64_t>(in.element_size())));
     group->all_to_all_single(out, in.contiguous(), out_r, in_r, {tag + what, false});
     return out;
   };
   return differentiable(
-      x, [=](const at::Tensor& t) { return run(t, out_rows, in_rows, ""); },
-      [=](const at::Tensor& g) { return run(g, in_rows, out_rows, " (backward)"); },
+      x, [=](const at::Tensor& t) { return run(t, out_rows, in_rows, bound_rows, ""); },
+      [=](const at::Tensor& g) {
+        return run(g, in_rows, out_rows, bound_rows_backward, " (backward)");
+      },
       "all_to_all_rows");
 }
 
@@ -71,12 +83,38 @@ at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
   HP_CHECK(n_experts % e == 0, "expert parallel: ", n_experts, " experts of ", tag,
            " do not divide over the ", e, " ranks of ", group->label());
   const int64_t local = n_experts / e;
+  comm::TrafficScope traffic("ep " + tag);
   nn::ExpertOrder order = nn::sort_by_expert(expert_ids, n_experts);
-  // Counts first: recv_counts[s * local + l] = pairs rank s sends to my local expert l.
-  at::Tensor send_counts = host_long(order.pairs_per_expert);
-  at::Tensor recv_counts = at::empty({n_experts}, send_counts.options());
+  // Counts first, per destination rank r: the pairs for each of r's local experts, then how
+  // many distinct tokens go to r (the traffic bound: a token needs to reach a rank once,
+  // however many of its experts live there). Received: rc[s * (local + 1) + l] = pairs rank
+  // s sends to my local expert l; rc[s * (local + 1) + local] = its distinct tokens.
+  const int64_t stride = local + 1;
+  std::vector<int64_t> counts(e * stride, 0);
+  for (int64_t r = 0; r < e; ++r)
+    for (int64_t l = 0; l < local; ++l)
+      counts[r * stride + l] = order.pairs_per_expert[r * local + l];
+  if (expert_ids.numel() > 0 && !expert_ids.is_meta()) {
+    at::Tensor owner = at::floor_divide(expert_ids.reshape({expert_ids.size(0), -1}), local);
+    at::Tensor tokens_per_rank = at::zeros({owner.size(0), e}, owner.options().dtype(at::kBool))
+                                     .scatter_(1, owner, true)
+                                     .sum(0, /*keepdim=*/false, at::kLong)
+                                     .contiguous();
+    const int64_t* n = tokens_per_rank.data_ptr<int64_t>();
+    for (int64_t r = 0; r < e; ++r) counts[r * stride + local] = n[r];
+  }
+  at::Tensor send_counts = host_long(counts);
+  at::Tensor recv_counts = at::empty({e * stride}, send_counts.options());
   group->all_to_all_single(recv_counts, send_counts, {}, {}, {tag + " expert counts", false});
-  const int64_t* rc = recv_counts.data_ptr<int64_t>();
+  const int64_t* all_rc = recv_counts.data_ptr<int64_t>();
+  std::vector<int64_t> rc(n_experts);
+  int64_t tokens_out = 0, tokens_in = 0;  // distinct tokens leaving / arriving (bounds)
+  for (int64_t r = 0; r < e; ++r) {
+    for (int64_t l = 0; l < local; ++l) rc[r * local + l] = all_rc[r * stride + l];
+    if (r == group->rank()) continue;
+    tokens_out += counts[r * stride + local];
+    tokens_in += all_rc[r * stride + local];
+  }
   std::vector<int64_t> send_rows(e, 0), recv_rows(e, 0), per_expert(local, 0);
   for (int64_t r = 0; r < e; ++r)
     for (int64_t l = 0; l < local; ++l) {
@@ -99,11 +137,12 @@ at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
   for (size_t i = 0; i < to_expert_major.size(); ++i) to_source_major[to_expert_major[i]] = i;
 
   at::Tensor routed = tokens.index_select(0, order.token);
-  at::Tensor arrived = all_to_all_rows(routed, group, recv_rows, send_rows, tag + " dispatch");
+  at::Tensor arrived = all_to_all_rows(routed, group, recv_rows, send_rows, tag + " dispatch",
+                                       tokens_out, tokens_in);
   moe.experts->tokens_per_expert = per_expert;
   at::Tensor y = (*moe.experts)(arrived.index_select(0, host_long(to_expert_major)));
   at::Tensor back = all_to_all_rows(y.index_select(0, host_long(to_source_major)), group, send_rows,
-                                    recv_rows, tag + " combine");
+                                    recv_rows, tag + " combine", tokens_in, tokens_out);
   return nn::combine_by_token(back, weights, order, tokens.size(0));
 }
 

@@ -63,6 +63,33 @@ const std::vector<std::string>& FSDPHandle::fqns() const { return group_->fqns; 
 void FSDPHandle::unshard() { group_->hold(); }
 void FSDPHandle::reduce_grad() { group_->reduce_held(); }
 void FSDPHandle::reshard() { group_->release_held(); }
+FSDPTrafficBound FSDPHandle::traffic_lower_bound(int64_t forwards, bool explicit_unshard) const {
+  const FSDPGroup& g = *group_;
+  FSDPTrafficBound out{g.traffic_scope, {}};
+  if (g.trivial || g.params.empty()) return out;
+  double psi = 0;
+  for (const auto& shape : g.full_local) {
+    double n = 1;
+    for (int64_t d : shape) n *= static_cast<double>(d);
+    psi += n;
+  }
+  const double n = static_cast<double>(g.dp), k = static_cast<double>(g.post_forward_size());
+  const double b_param = static_cast<double>(c10::elementSize(g.opts.param_dtype));
+  const double b_reduce = static_cast<double>(c10::elementSize(g.opts.reduce_dtype));
+  double gathers = (n - 1) / n * psi * b_param;
+  if (!explicit_unshard) {
+    const double refill = g.opts.reshard_after_forward ? (k - 1) / k * psi * b_param : 0.0;
+    gathers = static_cast<double>(forwards) * (gathers + refill);
+  }
+  out.bytes_per_op.push_back({"all_gather_into_tensor", gathers});
+  out.bytes_per_op.push_back({"reduce_scatter_tensor", (n - 1) / n * psi * b_reduce});
+  if (g.dp_mesh && g.dp_mesh->ndim() == 2 && g.dp_mesh->size(0) > 1) {
+    const double r = static_cast<double>(g.dp_mesh->size(0));
+    out.bytes_per_op.push_back({"all_reduce", 2 * (r - 1) / r * psi / n * b_reduce});
+  }
+  return out;
+}
+
 void wait_gradient_reductions() { FSDPGroup::finish_all_reductions(); }
 
 FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, const FSDPOptions& opts,
@@ -156,6 +183,9 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
   }
   for (const auto& f : g->fqns) g->tag += (g->tag.empty() ? "" : ",") + f;
   g->tag = "fsdp[" + g->tag + "]";
+  std::string module_name = prefix;
+  if (!module_name.empty() && module_name.back() == '.') module_name.pop_back();
+  g->traffic_scope = "fsdp " + (module_name.empty() ? std::string("(root)") : module_name);
   (void)any_meta;
   if (g->params.empty()) return FSDPHandle(g);
   g->dp_mesh = dp_mesh;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "hyperpar/comm/traffic.h"
 #include "hyperpar/core/error.h"
 #include "hyperpar/dtensor/shard_math.h"
 #include "hyperpar/parallel/fsdp.h"
@@ -53,7 +54,8 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   }
   FSDPOptions opts;
   std::string tag;
-  bool trivial = false;  // one rank, nothing to gather or reduce (fully_shard)
+  std::string traffic_scope;  // "fsdp <module>" (comm/traffic.h)
+  bool trivial = false;       // one rank, nothing to gather or reduce (fully_shard)
   std::vector<at::Tensor> unsharded;
   std::vector<at::Tensor> grad_acc;
   bool sync = true, freed = false;
@@ -98,6 +100,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   // param_dtype) over the shard group, or of the post-forward chunks over the reshard group.
   void begin_gather(bool from_kept = false) {
     if (pending || trivial) return;
+    comm::TrafficScope scope(traffic_scope);
     at::Tensor send;
     ensure_groups();
     auto group = shard_group;
@@ -270,6 +273,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     at::Tensor recv = reused(reduce_recv, segment, opts.reduce_dtype);
     ensure_groups();
     finish_all_reductions();  // at most one reduce-scatter in flight (bounds memory)
+    comm::TrafficScope scope(traffic_scope);
     auto work = shard_group->reduce_scatter_tensor(recv, send, reduce_op(), {tag, true});
     ++stats.reduce_scatters;
     pending_reduce = PendingReduce{work, send, recv};
@@ -300,6 +304,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     pending_reduce.reset();
     pr.work->wait();
     if (replicate_group) {
+      comm::TrafficScope scope(traffic_scope);
       replicate_group->all_reduce(pr.recv, reduce_op(), {tag, false});
       ++stats.all_reduces;
     }

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "hyperpar/comm/traffic.h"
 #include "hyperpar/core/error.h"
 #include "hyperpar/dtensor/differentiable.h"
 #include "hyperpar/dtensor/redistribute/redistribute.h"
@@ -49,6 +50,16 @@ std::optional<Placement> grad_for(const Placement& desired) {
 
 }  // namespace
 
+std::string tp_traffic_scope(const std::string& tag) {
+  // The block a call site belongs to: "layers.3.attention.wo output" -> "tp layers.3",
+  // "output input (grad)" -> "tp output".
+  const std::string fqn = tag.substr(0, tag.find(' '));
+  const auto parts = split(fqn);
+  if (parts.empty()) return "tp";
+  if (parts[0] == "layers" && parts.size() > 1) return "tp layers." + parts[1];
+  return "tp " + parts[0];
+}
+
 bool fqn_matches(const std::string& pattern, const std::string& fqn) {
   const auto p = split(pattern), f = split(fqn);
   if (p.size() != f.size()) return false;
@@ -73,6 +84,7 @@ at::Tensor relayout(const at::Tensor& x, const mesh::DeviceMesh& tp, Placement f
   DTensorSpec spec(tp, {from}, shape);
   std::optional<Placements> gp;
   if (grad) gp = Placements{*grad};
+  comm::TrafficScope traffic(tp_traffic_scope(tag));
   return redistribute_local(x, spec, {to}, gp, tag);
 }
 
@@ -132,6 +144,7 @@ void SequenceParallel::apply(nn::Module& m, const std::string& fqn,
   distribute_parameter(w, tp, {Replicate{}});
   DTensorSpec spec = *w.spec;
   w.materialize = [spec, fqn](const at::Tensor& t) {
+    comm::TrafficScope traffic(tp_traffic_scope(fqn));
     return redistribute_local(t, spec, {Replicate{}}, Placements{Partial{}}, fqn + ".weight");
   };
 }

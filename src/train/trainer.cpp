@@ -13,12 +13,14 @@
 #include <numeric>
 #include <optional>
 
+#include "hyperpar/comm/traffic.h"
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/cpu_time.h"
 #include "hyperpar/core/process_memory.h"
 #include "hyperpar/nn/safetensors.h"
 #include "hyperpar/optim/optimizer.h"
 #include "hyperpar/train/checkpointing.h"
+#include "hyperpar/train/comm_report.h"
 #include "hyperpar/train/pipeline_setup.h"
 #include "hyperpar/train/preemption.h"
 #include "hyperpar/train/progress.h"
@@ -127,7 +129,10 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     world_group->all_reduce(v, comm::ReduceOp::kAvg, {"val_loss"});
     return v.item<double>();
   };
+  std::optional<CommReport> comm_report;
+  if (o.comm_report) comm_report.emplace(c, pm);
   for (int64_t step = resumed + 1; step <= t.steps; ++step) {
+    if (comm_report) comm_report->begin_step();
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = process_cpu_seconds();
     const double lr = t.warmup_steps > 0 && step <= t.warmup_steps
@@ -159,10 +164,12 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     // [loss, preemption request]: a signal seen by any rank stops every rank after this step.
     at::Tensor l = at::tensor({loss_sum * loss_weight, preemption_signal() ? 1.0 : 0.0},
                               at::TensorOptions().dtype(at::kDouble));
+    std::optional<comm::TrafficScope> traffic(std::in_place, "train");
     world_group->all_reduce(l, comm::ReduceOp::kAvg, {"loss"});
     const bool preempted = l[1].item<double>() > 0;
     l = l.narrow(0, 0, 1);
     const double grad_norm = optim::clip_grad_norm(params, t.grad_clip, world, pp);
+    traffic.reset();
     // Every rank sees the same (all-reduced) values, so every rank stops here, before the
     // update would write non-finite values into the weights.
     if (!std::isfinite(l.item<double>()) || !std::isfinite(grad_norm)) {
@@ -179,7 +186,10 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     // CPU seconds of this step summed over every rank (one 8-byte all-reduce).
     at::Tensor cpu =
         at::full({1}, process_cpu_seconds() - cpu_start, at::TensorOptions().dtype(at::kDouble));
-    world_group->all_reduce(cpu, comm::ReduceOp::kSum, {"cpu_s"});
+    {
+      comm::TrafficScope traffic_cpu("train");
+      world_group->all_reduce(cpu, comm::ReduceOp::kSum, {"cpu_s"});
+    }
     StepMetrics m{step,
                   l.item<double>(),
                   grad_norm,
@@ -188,6 +198,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
                   secs,
                   peak_rss_mb(),
                   cpu.item<double>()};
+    if (comm_report) m.comm_bytes = comm_report->end_step();
     if (t.eval_interval > 0 && step % t.eval_interval == 0) m.val_loss = evaluate();
     result.steps.push_back(m);
     // Start-up (rendezvous, materialisation, the first step) is over: from now on every
@@ -196,15 +207,17 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     if (world.rank() == 0) {
       if (print) progress.step(m);
       if (metrics.is_open()) {
-        char buf[512], val[64] = "";
+        char buf[512], val[64] = "", comm[48] = "";
         if (std::isfinite(m.val_loss))
           std::snprintf(val, sizeof(val), ", \"val_loss\": %.17g", m.val_loss);
+        if (m.comm_bytes >= 0)
+          std::snprintf(comm, sizeof(comm), ", \"comm_bytes\": %.17g", m.comm_bytes);
         std::snprintf(buf, sizeof(buf),
                       "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, "
                       "\"tokens_per_s\": %.6g, \"step_time_s\": %.6g, \"peak_rss_mb\": %.6g, "
-                      "\"cpu_s\": %.6g%s}\n",
+                      "\"cpu_s\": %.6g%s%s}\n",
                       static_cast<long long>(step), m.loss, m.grad_norm, m.lr, m.tokens_per_s,
-                      m.step_time_s, m.peak_rss_mb, m.cpu_s, val);
+                      m.step_time_s, m.peak_rss_mb, m.cpu_s, val, comm);
         metrics << buf;
         metrics.flush();
         HP_CHECK(metrics.good(), "--metrics ", metrics_path, ": writing step ", step,
@@ -225,6 +238,14 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   }
   ckpt.finish();
   if (print && world.rank() == 0) progress.finish();
+  if (comm_report) {
+    const std::string& report = result.comm_report = comm_report->finish(*world_group, print);
+    if (metrics.is_open()) {
+      metrics << "{\"comm_report\": " << report << "}\n";
+      metrics.flush();
+      HP_CHECK(metrics.good(), "--metrics ", metrics_path, ": writing the comm report failed");
+    }
+  }
   return result;
 }
 

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "common/train_run.h"
 #include "hyperpar/dtensor/dtensor.h"
@@ -170,4 +171,87 @@ TEST(DistTrain, FsdpBuffersAreReusedAcrossSteps) {
     EXPECT_EQ(h.stats().all_gathers, 6) << h.fqns().front();  // forward + refill, 3 steps
     EXPECT_EQ(h.stats().buffer_allocations, 4) << h.fqns().front();
   }
+}
+
+namespace {
+
+// One in-process run with the communication report on; rank 0 gets the report's JSON.
+nlohmann::json comm_report_of(const std::string& config, const std::vector<std::string>& sets) {
+  auto world = comm::World::from_env();
+  train::Config c = train::load_config(cfg_path(config), sets);
+  train::validate(c, world->size());
+  auto pm = train::build_parallel_model(c, world);
+  train::TrainOptions o;
+  o.print = false;
+  o.comm_report = true;
+  const auto res = train::run_training(c, pm, *world, o);
+  for (const auto& s : res.steps) EXPECT_GT(s.comm_bytes, 0) << "step " << s.step;
+  return world->rank() == 0 ? nlohmann::json::parse(res.comm_report) : nlohmann::json();
+}
+
+const nlohmann::json* find_group(const nlohmann::json& rank, const std::string& group,
+                                 const std::string& op) {
+  for (const auto& g : rank["groups"])
+    if (g["group"] == group && g["op"] == op) return &g;
+  return nullptr;
+}
+
+}  // namespace
+
+// --comm-report on a dense TP2 x FSDP4 layout whose sizes divide evenly (no padding): every
+// FSDP group and every TP block moves exactly the least bytes its layout needs (the bounds
+// are derived independently in train/comm_report.cpp and parallel/fsdp.cpp from the config;
+// the bytes are counted at the Communicator), on every rank, and the counts are FSDP2's
+// (2 all-gathers and 1 reduce-scatter per group and step, 4 all-reduces per TP block).
+// With micro_batches = 2 every forward gathers again but gradients are reduced once.
+TEST(DistTrain, CommReportMeetsTheLayoutBounds) {
+  for (int64_t micro : {1, 2}) {
+    const auto report =
+        comm_report_of("tp2_fsdp.yaml", {"train.steps=3", "model.moe.n_experts=0",
+                                         "model.moe.layers=[]", "model.moe.shared_expert=false",
+                                         "train.micro_batches=" + std::to_string(micro)});
+    if (report.is_null()) continue;  // not rank 0
+    ASSERT_EQ(report["ranks"].size(), 8u);
+    for (const auto& rank : report["ranks"]) {
+      int bounded = 0;
+      for (const auto& g : rank["groups"]) {
+        const std::string name = g["group"];
+        if (name.rfind("fsdp", 0) != 0 && name.rfind("tp", 0) != 0) continue;
+        ASSERT_TRUE(g.contains("ratio")) << name << " " << g["op"];
+        EXPECT_NEAR(g["ratio"].get<double>(), 1.0, 1e-9) << name << " " << g["op"];
+        ++bounded;
+      }
+      EXPECT_EQ(bounded, 3 * 2 + 2 + 3) << "fsdp: 3 groups x 2 ops, tp: 2 blocks, output 2, "
+                                           "embeddings 1";
+      const auto* ag = find_group(rank, "fsdp layers.0", "all_gather_into_tensor");
+      const auto* rs = find_group(rank, "fsdp layers.0", "reduce_scatter_tensor");
+      const auto* tp = find_group(rank, "tp layers.1", "all_reduce");
+      ASSERT_TRUE(ag && rs && tp);
+      EXPECT_EQ((*ag)["calls"].get<double>(), 2.0 * micro);
+      EXPECT_EQ((*rs)["calls"].get<double>(), 1.0);
+      EXPECT_EQ((*tp)["calls"].get<double>(), 4.0 * micro);
+    }
+  }
+}
+
+// The report shows what a layout wastes: the expert FSDP group of tp2_ep2_fsdp.yaml shards 2
+// local experts (dim 0) over 4 ranks, so half of its flat buffer is padding (bytes = 2 x the
+// bound); expert-parallel dispatch sends a token twice to a rank that owns two of its experts
+// plus the per-expert counts, so its bytes exceed the bound (one row per token and other rank,
+// each way, from the distinct-token counts the ranks exchange), but by less than top_k = 2.
+TEST(DistTrain, CommReportShowsPaddingAndDuplicateRows) {
+  const auto report = comm_report_of("tp2_ep2_fsdp.yaml", {"train.steps=2"});
+  if (report.is_null()) return;
+  for (const auto& rank : report["ranks"]) {
+    const auto* experts = find_group(rank, "fsdp layers.1.moe.experts", "reduce_scatter_tensor");
+    ASSERT_TRUE(experts);
+    EXPECT_NEAR((*experts)["ratio"].get<double>(), 2.0, 1e-9);
+    const auto* ep = find_group(rank, "ep layers.1.moe", "all_to_all_single");
+    ASSERT_TRUE(ep);
+    EXPECT_GT((*ep)["ratio"].get<double>(), 1.0);
+    EXPECT_LT((*ep)["ratio"].get<double>(), 2.0);
+    EXPECT_EQ((*ep)["calls"].get<double>(), 5.0) << "counts, dispatch, combine, and the "
+                                                    "backward of both";
+  }
+  EXPECT_GE(report["worst_ratio"].get<double>(), 2.0);
 }

@@ -183,6 +183,23 @@ spread, work = t[-1] - t[0], sum(steps[1:])
 assert spread >= 0.5 * work, f"step lines arrived within {spread:.3f}s but steps 2..12 took {work:.3f}s"
 print(f"line-buffered ok: lines spread over {spread:.3f}s, steps took {work:.3f}s")
 PY
+# 10. --comm-report on 2 ranks (FSDP2): each metrics line has comm_bytes, the last line is the
+#     report with both ranks' groups, and the table is printed.
+"$build/tools/hyperpar-run" --worker_num 2 --log_dir "$tmp/cr" "$train" --config "$src/configs/tp2_fsdp.yaml" \
+  --set parallel.tp=1 --set train.steps=3 --comm-report --metrics "$tmp/cr.jsonl" >"$tmp/cr.out" 2>&1 \
+  || { echo "FAIL: --comm-report run"; tail -5 "$tmp/cr.out"; fail=1; }
+grep -q "^comm report: worst bytes / bound" "$tmp/cr.out" || { echo "FAIL: no comm report table"; tail -5 "$tmp/cr.out"; fail=1; }
+python3 - "$tmp/cr.jsonl" <<'PY' || fail=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps, report = rows[:-1], rows[-1]["comm_report"]
+assert [r["step"] for r in steps] == [1, 2, 3] and all(r["comm_bytes"] > 0 for r in steps), steps
+assert [r["rank"] for r in report["ranks"]] == [0, 1], report
+for rank in report["ranks"]:
+    ag = [g for g in rank["groups"] if g["group"] == "fsdp layers.0" and g["op"] == "all_gather_into_tensor"]
+    assert len(ag) == 1 and ag[0]["calls"] == 2 and ag[0]["bytes"] > 0 and ag[0]["ratio"] >= 1, rank
+print("comm report ok: worst", report["worst_ratio"], report["worst_at"])
+PY
 rm -rf "$tmp"
 [ "$fail" = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
 exit $fail

@@ -58,12 +58,18 @@ class ExpertParallel : public ParallelStyle {
 /// all_to_all_single of rows, differentiable: sends in_rows[r] rows of x (in order) to group
 /// rank r and returns the out_rows[s] rows received from each rank s, concatenated. The
 /// gradient goes back with the splits swapped. x is copied to a contiguous buffer first.
+/// bound_rows (forward) and bound_rows_backward >= 0: the least rows this rank must send,
+/// added to the traffic bound of the current scope (comm/traffic.h) when recording.
 at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicator> group,
                            std::vector<int64_t> out_rows, std::vector<int64_t> in_rows,
-                           const std::string& tag);
+                           const std::string& tag, int64_t bound_rows = -1,
+                           int64_t bound_rows_backward = -1);
 
 /// The routed-expert computation of `moe` for tokens [n, D] with ids/weights [n, k], over the
 /// ep `group` (whose ranks own consecutive blocks of n_experts / group size experts).
+/// Its all-to-alls count under the traffic scope "ep <tag>", whose bound is one row per
+/// (token, other rank owning one of its experts) each way: a token routed to two experts of
+/// the same rank is sent twice today, which the report shows as bytes above the bound.
 at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
                                    const at::Tensor& expert_ids, const at::Tensor& weights,
                                    const std::shared_ptr<comm::Communicator>& group,

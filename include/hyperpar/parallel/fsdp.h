@@ -43,6 +43,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hyperpar/mesh/device_mesh.h"
@@ -82,6 +83,19 @@ struct FSDPStats {
 
 class FSDPGroup;
 
+/// The least bytes per step (comm/traffic.h's per-rank measure) a group's layout needs, per
+/// op, and the traffic scope its collectives are counted under. For Psi parameters (TP-local
+/// elements) on N shard ranks, R replicas, k = the post-forward group size (N by default):
+///   all_gather_into_tensor  forwards x (N-1)/N Psi b_param  (+ (k-1)/k Psi b_param for the
+///                           backward refill with reshard_after_forward); 1 x with explicit
+///                           unshard (pipelines)
+///   reduce_scatter_tensor   (N-1)/N Psi b_reduce   (gradients are reduced once per step)
+///   all_reduce              2 (R-1)/R Psi/N b_reduce (HSDP only)
+struct FSDPTrafficBound {
+  std::string scope;
+  std::vector<std::pair<std::string, double>> bytes_per_op;
+};
+
 /// The group created by fully_shard(module); nullptr if the module was not fully_shard-ed.
 class FSDPHandle {
  public:
@@ -111,6 +125,9 @@ class FSDPHandle {
   void reduce_grad();
   void reshard();
   const std::vector<std::string>& fqns() const;
+  /// See FSDPTrafficBound; `forwards` forward passes per step (gradient accumulation
+  /// micro-batches), `explicit_unshard` under a pipeline schedule.
+  FSDPTrafficBound traffic_lower_bound(int64_t forwards, bool explicit_unshard) const;
 
  private:
   std::shared_ptr<FSDPGroup> group_;

@@ -151,11 +151,16 @@ ParallelizePlan transformer_tp_plan(int64_t n_heads, int64_t n_kv_heads, bool ha
                                     bool has_moe, bool shared_expert, int64_t tp_size,
                                     bool sequence_parallel, bool moe_experts = true);
 
+/// The traffic scope (comm/traffic.h) of a relayout tagged "<fqn> ...": "tp " and the block,
+/// e.g. "layers.3.attention.wo output" -> "tp layers.3", "output input" -> "tp output".
+std::string tp_traffic_scope(const std::string& tag);
+
 /// Whether `fqn` matches `pattern` ("*" = one component).
 bool fqn_matches(const std::string& pattern, const std::string& fqn);
 
 /// Converts a local activation between layouts on the 1-D mesh `tp` (even shards assumed
-/// for the global shape), with the given gradient layout (default: the target's).
+/// for the global shape), with the given gradient layout (default: the target's). Its
+/// communication (forward and gradient) counts under tp_traffic_scope(tag).
 at::Tensor relayout(const at::Tensor& x, const mesh::DeviceMesh& tp, Placement from, Placement to,
                     std::optional<Placement> grad = std::nullopt, const std::string& tag = "");
 

@@ -27,7 +27,8 @@ namespace hyperpar::train {
 struct StepMetrics {
   int64_t step;
   double loss, grad_norm, lr, tokens_per_s, step_time_s, peak_rss_mb;
-  double cpu_s;  // CPU seconds of the step, summed over all ranks
+  double cpu_s;            // CPU seconds of the step, summed over all ranks
+  double comm_bytes = -1;  // with TrainOptions::comm_report: this rank's bytes sent (-1: off)
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not evaluated this step
 };
 
@@ -36,12 +37,17 @@ struct TrainOptions {
   bool print = true;
   data::DataLoader* data = nullptr;  // null: opened from c.data
   std::string dump_first_batch;      // a directory ("" : none)
+  /// Count every collective per module group (train/comm_report.h): each metrics line gets
+  /// "comm_bytes" (rank 0's bytes of the step); at the end rank 0 prints every rank's table
+  /// and appends {"comm_report": {...}} to the metrics file.
+  bool comm_report = false;
 };
 
 struct TrainResult {
   std::vector<StepMetrics> steps;        // the steps this run took (after a resume: from there on)
   int64_t resumed_from_step = 0;         // 0: a fresh start
   std::vector<std::string> checkpoints;  // saved (or, async, being saved) by this run
+  std::string comm_report;               // TrainOptions::comm_report: the JSON (rank 0)
 };
 
 TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "hyperpar/comm/traffic.h"
 #include "hyperpar/core/error.h"
 #include "hyperpar/dtensor/differentiable.h"
 #include "hyperpar/dtensor/redistribute/planner.h"
@@ -54,10 +55,14 @@ at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src,
            dst.size(), " mesh dims");
   const DTensorSpec grad_spec = src.with_placements(gp);
   const Placements grad_target = normalized_for_grad(src.placements());
+  // The gradient's communication counts under the scope that issued the forward
+  // (comm/traffic.h), wherever autograd runs it.
+  std::string scope = comm::TrafficScope::current();
   return differentiable(
       local, [&](const at::Tensor& x) { return run_plan(x, src, dst, tag); },
-      [grad_spec, grad_target, tag](const at::Tensor& g) {
+      [grad_spec, grad_target, tag, scope](const at::Tensor& g) {
         at::NoGradGuard no_grad;
+        comm::TrafficScope traffic(scope);
         return run_plan(g.contiguous(), grad_spec, grad_target, tag.empty() ? "" : tag + " (grad)");
       },
       "redistribute");

@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "hyperpar/comm/traffic.h"
 #include "hyperpar/core/error.h"
 #include "hyperpar/nn/checkpoint.h"
 
@@ -47,6 +48,7 @@ int64_t PipelineRuntime::message_tag(int64_t from_stage, int64_t mb, bool backwa
 at::Tensor PipelineRuntime::receive(int64_t from_stage, int64_t mb, bool backward) {
   at::Tensor buf = at::empty(activation_.shape, at::TensorOptions().dtype(activation_.dtype));
   const std::string what = backward ? "pp.grad" : "pp.activation";
+  comm::TrafficScope traffic("pp");
   pp_group_->recv(buf, rank_of_stage(from_stage, spec_.pp),
                   {detail::concat(what, " of stage ", from_stage, " microbatch ", mb), false,
                    message_tag(from_stage, mb, backward)});
@@ -58,6 +60,7 @@ void PipelineRuntime::send(const at::Tensor& t, int64_t to_stage, int64_t from_s
   const std::string what = backward ? "pp.grad" : "pp.activation";
   HP_CHECK(t.defined(), "pipeline: stage ", from_stage, " has no ", what, " of microbatch ", mb,
            " to send");
+  comm::TrafficScope traffic("pp");
   sends_.push_back(
       pp_group_->send(t.detach().contiguous(), rank_of_stage(to_stage, spec_.pp),
                       {detail::concat(what, " of stage ", from_stage, " microbatch ", mb), true,
