@@ -168,22 +168,21 @@ int64_t smallest_world(train::Config c) {
   return -1;
 }
 
-// An unwritable --metrics path is a usage error before training starts.
-void check_metrics_path(const std::string& path) {
+// An unwritable output path (--metrics, --profile) is a usage error before training starts.
+void check_output_path(const std::string& flag, const std::string& path) {
   if (path.empty()) return;
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec)
-    throw train::ConfigError("--metrics " + path +
-                             ": cannot create its directory: " + ec.message());
+    throw train::ConfigError(flag + " " + path + ": cannot create its directory: " + ec.message());
   if (std::filesystem::is_directory(p, ec))
-    throw train::ConfigError("--metrics " + path + " is a directory; give a file path");
+    throw train::ConfigError(flag + " " + path + " is a directory; give a file path");
   // Root passes access(W_OK) almost everywhere: really open it (and remove what we made).
   const bool existed = std::filesystem::exists(p, ec);
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0)
-    throw train::ConfigError("--metrics " + path + " is not writable: " + std::strerror(errno));
+    throw train::ConfigError(flag + " " + path + " is not writable: " + std::strerror(errno));
   close(fd);
   if (!existed) unlink(path.c_str());
 }
@@ -193,7 +192,7 @@ void check_metrics_path(const std::string& path) {
 int main(int argc, char** argv) {
   comm::prepare_process_output();
   CLI::App app{"hyperpar-train: N-D parallel Transformer training"};
-  std::string config_path, metrics, export_path, dump_first_batch;
+  std::string config_path, metrics, export_path, dump_first_batch, profile_path;
   std::vector<std::string> sets;
   bool dry = false, comm_report = false;
   int64_t world_size = -1, rank = -1;
@@ -210,6 +209,9 @@ int main(int argc, char** argv) {
                "count every collective per module group and op (calls, bytes per step, against "
                "the layout's least); rank 0 prints every rank's table at the end and appends it "
                "to --metrics");
+  app.add_option("--profile", profile_path,
+                 "write a timeline of every step of every rank to this file (Chrome trace JSON, "
+                 "for https://ui.perfetto.dev) and print how much communication was hidden");
   app.add_flag("--dry-run", dry, "print meshes, placements, shapes and memory; launch nothing");
   app.add_option("--world-size", world_size, "dry run: world size");
   app.add_option("--rank", rank, "dry run: only this rank");
@@ -246,7 +248,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     {
-      check_metrics_path(metrics);
+      check_output_path("--metrics", metrics);
+      check_output_path("--profile", profile_path);
       // From the dry-run estimator, before anything is allocated or communicated.
       train::check_memory_fits(train::estimate_memory(cfg, launcher_rank(), ws), launcher_rank(),
                                local_world_size());
@@ -302,6 +305,7 @@ int main(int argc, char** argv) {
     opts.data = &*data;
     opts.dump_first_batch = dump_first_batch;
     opts.comm_report = comm_report;
+    opts.profile_path = profile_path;
     train::run_training(cfg, pm, *world, opts);
     if (!export_path.empty()) {
       train::export_full_model(cfg, pm, export_path, *world);

@@ -6,6 +6,7 @@
 #include "hyperpar/comm/traffic.h"
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
+#include "hyperpar/core/profiler.h"
 
 namespace hyperpar::comm {
 
@@ -42,16 +43,27 @@ namespace {
 
 double bytes_of(const at::Tensor& t) { return static_cast<double>(t.numel() * t.element_size()); }
 
-// Keeps a collective registered with the watchdog until its Work completes.
+// Keeps a collective registered with the watchdog until its Work completes; when profiling,
+// records it on the profiler's kComm track from issue until completion is seen, and a wait
+// that blocks on the kMain track.
 class WatchedWork final : public Work {
  public:
-  WatchedWork(WorkHandle inner, uint64_t id) : inner_(std::move(inner)), id_(id) {}
+  WatchedWork(WorkHandle inner, uint64_t id, std::string op, std::string detail, int64_t began)
+      : inner_(std::move(inner)),
+        id_(id),
+        traced_(profile::enabled()),
+        op_(std::move(op)),
+        detail_(std::move(detail)),
+        began_(began) {}
   ~WatchedWork() override {
     inner_.reset();  // a backend handle dropped without wait() waits here
     end();
   }
   void wait() override {
+    const int64_t t0 = traced_ ? profile::now_us() : 0;
     inner_->wait();
+    if (traced_)
+      profile::complete("wait " + op_, "comm", t0, profile::now_us(), profile::kMain, detail_);
     end();
   }
   bool is_completed() override {
@@ -64,9 +76,14 @@ class WatchedWork final : public Work {
   void end() {
     if (id_) watch_end(id_);
     id_ = 0;
+    if (traced_) profile::complete(op_, "comm", began_, profile::now_us(), profile::kComm, detail_);
+    traced_ = false;
   }
   WorkHandle inner_;
   uint64_t id_;
+  bool traced_;
+  std::string op_, detail_;
+  int64_t began_;
 };
 
 }  // namespace
@@ -82,15 +99,19 @@ uint64_t Communicator::watch(const CallSite& s) const {
   return watch_begin(std::move(what));
 }
 
-WorkHandle Communicator::finish(WorkHandle work, WatchScope& watched,
-                                const CollectiveOptions& opts) {
+WorkHandle Communicator::finish(WorkHandle work, WatchScope& watched, const CollectiveOptions& opts,
+                                const CallSite& s, int64_t began) {
   if (!opts.async_op) {
     // Blocking backends have completed by now; non-blocking ones complete in wait(). The
     // scope ends the registration, also when wait() throws.
     work->wait();
+    if (profile::enabled())
+      profile::complete(s.op, "comm", began, profile::now_us(), profile::kMain,
+                        s.tag.empty() ? s.group : s.tag + " on " + s.group);
     return work;
   }
-  return std::make_shared<WatchedWork>(std::move(work), watched.release());
+  return std::make_shared<WatchedWork>(std::move(work), watched.release(), s.op,
+                                       s.tag.empty() ? s.group : s.tag + " on " + s.group, began);
 }
 
 void Communicator::check_reduce_dtype(const CallSite& s, const at::Tensor& t, ReduceOp op) const {
@@ -106,7 +127,8 @@ WorkHandle Communicator::all_gather_into_tensor(at::Tensor out, const at::Tensor
   check_numel_ratio(s, "output", out, "input", in, size());
   record_traffic(s.op, static_cast<double>(size() - 1) * bytes_of(in));
   WatchScope watched(watch(s));
-  return finish(do_all_gather(out, in, opts.async_op), watched, opts);
+  const int64_t began = profile::now_us();
+  return finish(do_all_gather(out, in, opts.async_op), watched, opts, s, began);
 }
 
 WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor& in, ReduceOp op,
@@ -118,7 +140,8 @@ WorkHandle Communicator::reduce_scatter_tensor(at::Tensor out, const at::Tensor&
   check_reduce_dtype(s, in, op);
   record_traffic(s.op, static_cast<double>(size() - 1) * bytes_of(out));
   WatchScope watched(watch(s));
-  return finish(do_reduce_scatter(out, in, op, opts.async_op), watched, opts);
+  const int64_t began = profile::now_us();
+  return finish(do_reduce_scatter(out, in, op, opts.async_op), watched, opts, s, began);
 }
 
 WorkHandle Communicator::all_reduce(at::Tensor t, ReduceOp op, const CollectiveOptions& opts) {
@@ -128,7 +151,8 @@ WorkHandle Communicator::all_reduce(at::Tensor t, ReduceOp op, const CollectiveO
   record_traffic(s.op,
                  2.0 * static_cast<double>(size() - 1) / static_cast<double>(size()) * bytes_of(t));
   WatchScope watched(watch(s));
-  return finish(do_all_reduce(t, op, opts.async_op), watched, opts);
+  const int64_t began = profile::now_us();
+  return finish(do_all_reduce(t, op, opts.async_op), watched, opts, s, began);
 }
 
 namespace {
@@ -181,7 +205,8 @@ WorkHandle Communicator::all_to_all_single(at::Tensor out, const at::Tensor& in,
     record_traffic(s.op, static_cast<double>(away) * row_bytes);
   }
   WatchScope watched(watch(s));
-  return finish(do_all_to_all(out, in, out_rows, in_rows, opts.async_op), watched, opts);
+  const int64_t began = profile::now_us();
+  return finish(do_all_to_all(out, in, out_rows, in_rows, opts.async_op), watched, opts, s, began);
 }
 
 WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveOptions& opts) {
@@ -192,14 +217,16 @@ WorkHandle Communicator::broadcast(at::Tensor t, int64_t root, const CollectiveO
                          std::to_string(size()) + ")");
   record_traffic(s.op, root == rank() && size() > 1 ? bytes_of(t) : 0.0);
   WatchScope watched(watch(s));
-  return finish(do_broadcast(t, root, opts.async_op), watched, opts);
+  const int64_t began = profile::now_us();
+  return finish(do_broadcast(t, root, opts.async_op), watched, opts, s, began);
 }
 
 WorkHandle Communicator::barrier(const CollectiveOptions& opts) {
   const CallSite s = site("barrier", opts);
   record_traffic(s.op, 0.0);
   WatchScope watched(watch(s));
-  return finish(do_barrier(opts.async_op), watched, opts);
+  const int64_t began = profile::now_us();
+  return finish(do_barrier(opts.async_op), watched, opts, s, began);
 }
 
 void Communicator::check_peer(const CallSite& s, int64_t peer, int64_t tag) const {
@@ -217,7 +244,8 @@ WorkHandle Communicator::send(const at::Tensor& t, int64_t peer, const Collectiv
   check_peer(s, peer, opts.message_tag);
   record_traffic(s.op, bytes_of(t));
   WatchScope watched(watch(s));
-  return finish(do_send(t, peer, opts.message_tag), watched, opts);
+  const int64_t began = profile::now_us();
+  return finish(do_send(t, peer, opts.message_tag), watched, opts, s, began);
 }
 
 WorkHandle Communicator::recv(at::Tensor t, int64_t peer, const CollectiveOptions& opts) {
@@ -226,10 +254,11 @@ WorkHandle Communicator::recv(at::Tensor t, int64_t peer, const CollectiveOption
   check_peer(s, peer, opts.message_tag);
   record_traffic(s.op, 0.0);
   WatchScope watched(watch(s));
+  const int64_t began = profile::now_us();
   const std::string what = "recv on " + s.group + " from group rank " + std::to_string(peer) +
                            (s.tag.empty() ? "" : ", tag '" + s.tag + "'") + " into " +
                            describe_tensor(t);
-  return finish(do_recv(t, peer, opts.message_tag, what), watched, opts);
+  return finish(do_recv(t, peer, opts.message_tag, what), watched, opts, s, began);
 }
 
 }  // namespace hyperpar::comm

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "hyperpar/core/error.h"
+#include "hyperpar/core/profiler.h"
+#include "hyperpar/dtensor/differentiable.h"
 
 namespace hyperpar::models {
 
@@ -103,13 +105,49 @@ Transformer::Transformer(const TransformerConfig& c, const ModelPart& part)
   }
 }
 
+namespace {
+
+// One block's forward; when profiling, its forward and its backward as spans (the backward from
+// its output's gradient arriving until its input's gradient leaves, FSDP's refill included),
+// through identity autograd nodes on either side that only read the clock.
+at::Tensor run_block(TransformerBlock& block, int64_t layer_id, const at::Tensor& x) {
+  if (!profile::enabled()) return block(x);
+  const std::string name = "layers." + std::to_string(layer_id);
+  auto grad_arrived = std::make_shared<int64_t>(0);
+  const auto identity = [](const at::Tensor& t) { return t; };
+  at::Tensor in = x;
+  if (x.requires_grad())
+    in = dtensor::differentiable(
+        x, identity,
+        [name, grad_arrived](const at::Tensor& g) {
+          profile::complete(name + " backward", "backward", *grad_arrived, profile::now_us());
+          return g;
+        },
+        "profile_block_input");
+  at::Tensor y;
+  {
+    profile::Span span("forward", name);
+    y = block(in);
+  }
+  if (!y.requires_grad()) return y;
+  return dtensor::differentiable(
+      y, identity,
+      [grad_arrived](const at::Tensor& g) {
+        *grad_arrived = profile::now_us();
+        return g;
+      },
+      "profile_block_output");
+}
+
+}  // namespace
+
 at::Tensor Transformer::forward(const at::Tensor& tokens) {
   HP_CHECK(tok_embeddings && norm && static_cast<int64_t>(layers.size()) == cfg.n_layers,
            "Transformer forward: this rank holds one part of a pipelined model; run its "
            "stages with forward_stage");
   nn::check_materialized(*this, "Transformer forward");
   at::Tensor h = (*tok_embeddings)(tokens);
-  for (auto& layer : layers) h = (*layer)(h);
+  for (size_t i = 0; i < layers.size(); ++i) h = run_block(*layers[i], layer_ids[i], h);
   return (*output)((*norm)(h));
 }
 
@@ -124,7 +162,7 @@ at::Tensor Transformer::forward_stage(int64_t first_layer, int64_t end_layer, bo
   HP_CHECK(!embedding || tok_embeddings, "forward_stage: this part has no embedding");
   HP_CHECK(!head || norm, "forward_stage: this part has no head");
   at::Tensor h = embedding ? (*tok_embeddings)(x) : x;
-  for (int64_t l = first_layer; l < end_layer; ++l) h = layer(l)(h);
+  for (int64_t l = first_layer; l < end_layer; ++l) h = run_block(layer(l), l, h);
   return head ? (*output)((*norm)(h)) : h;
 }
 

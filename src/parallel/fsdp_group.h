@@ -15,6 +15,7 @@
 
 #include "hyperpar/comm/traffic.h"
 #include "hyperpar/core/error.h"
+#include "hyperpar/core/profiler.h"
 #include "hyperpar/dtensor/shard_math.h"
 #include "hyperpar/parallel/fsdp.h"
 
@@ -108,6 +109,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
       send = kept;
       group = reshard_group;
     } else {
+      profile::Span span("fsdp", [&] { return "copy-in " + traffic_scope; });
       send = reused(gather_send, segment, opts.param_dtype).zero_();
       for (size_t i = 0; i < params.size(); ++i) {
         const at::Tensor& shard = params[i]->data;
@@ -159,6 +161,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
 
   std::vector<at::Tensor> unshard_new() {
     at::Tensor flat = gather_flat();
+    profile::Span span("fsdp", [&] { return "copy-out " + traffic_scope; });
     std::vector<at::Tensor> out;
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor t = at::empty(full_local[i], at::TensorOptions().dtype(opts.param_dtype));
@@ -197,6 +200,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   void refill() {
     if (!freed) return;
     at::Tensor flat = gather_flat(kept.defined());
+    profile::Span span("fsdp", [&] { return "copy-out (refill) " + traffic_scope; });
     kept = at::Tensor();
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor& t = unsharded[i];
@@ -259,6 +263,8 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     // into this group's kept buffer (its own previous reduce-scatter is finished by now: at
     // the end of that backward; the check keeps it so).
     if (pending_reduce) finish_reduce();
+    std::optional<profile::Span> span(std::in_place, "fsdp",
+                                      [&] { return "reduce copy-in " + traffic_scope; });
     at::Tensor send = reused(reduce_send, dp * segment, opts.reduce_dtype).zero_();
     for (size_t i = 0; i < params.size(); ++i) {
       int64_t row = 0;
@@ -271,6 +277,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
       }
     }
     at::Tensor recv = reused(reduce_recv, segment, opts.reduce_dtype);
+    span.reset();
     ensure_groups();
     finish_all_reductions();  // at most one reduce-scatter in flight (bounds memory)
     comm::TrafficScope scope(traffic_scope);
@@ -303,6 +310,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     PendingReduce pr = std::move(*pending_reduce);
     pending_reduce.reset();
     pr.work->wait();
+    profile::Span span("fsdp", [&] { return "reduce finish " + traffic_scope; });
     if (replicate_group) {
       comm::TrafficScope scope(traffic_scope);
       replicate_group->all_reduce(pr.recv, reduce_op(), {tag, false});

@@ -1,10 +1,10 @@
 #include "hyperpar/train/comm_report.h"
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+
+#include "hyperpar/comm/gather_strings.h"
 
 namespace hyperpar::train {
 
@@ -149,22 +149,10 @@ std::string CommReport::finish(comm::Communicator& world, bool print) {
                                            {"steps", steps_ > 1 ? steps_ - 1 : steps_},
                                            {"groups", groups}})
                                .dump();
-  // Gather every rank's JSON on every rank (sizes first, then the padded bytes).
-  const int64_t size = world.size();
-  at::Tensor len = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  at::Tensor lens = at::empty({size}, at::kLong);
-  world.all_gather_into_tensor(lens, len, {"comm report sizes"});
-  const int64_t longest = lens.max().item<int64_t>();
-  at::Tensor mine_bytes = at::zeros({longest}, at::kByte);
-  std::copy(mine.begin(), mine.end(), mine_bytes.data_ptr<uint8_t>());
-  at::Tensor all = at::empty({size * longest}, at::kByte);
-  world.all_gather_into_tensor(all, mine_bytes, {"comm report"});
+  const auto all = comm::gather_strings(world, mine);
   if (world.rank() != 0) return "";
   nlohmann::json ranks = nlohmann::json::array();
-  for (int64_t r = 0; r < size; ++r) {
-    const char* p = reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + r * longest;
-    ranks.push_back(nlohmann::json::parse(std::string(p, lens[r].item<int64_t>())));
-  }
+  for (const auto& r : all) ranks.push_back(nlohmann::json::parse(r));
   double worst = 0;
   std::string worst_at;
   for (const auto& rk : ranks)

@@ -17,12 +17,14 @@
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/cpu_time.h"
 #include "hyperpar/core/process_memory.h"
+#include "hyperpar/core/profiler.h"
 #include "hyperpar/nn/safetensors.h"
 #include "hyperpar/optim/optimizer.h"
 #include "hyperpar/train/checkpointing.h"
 #include "hyperpar/train/comm_report.h"
 #include "hyperpar/train/pipeline_setup.h"
 #include "hyperpar/train/preemption.h"
+#include "hyperpar/train/profile_trace.h"
 #include "hyperpar/train/progress.h"
 
 namespace hyperpar::train {
@@ -131,8 +133,11 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   };
   std::optional<CommReport> comm_report;
   if (o.comm_report) comm_report.emplace(c, pm);
+  if (!o.profile_path.empty()) profile::set_enabled(true);
   for (int64_t step = resumed + 1; step <= t.steps; ++step) {
     if (comm_report) comm_report->begin_step();
+    std::optional<profile::Span> step_span(std::in_place, "step",
+                                           [step] { return "step " + std::to_string(step); });
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = process_cpu_seconds();
     const double lr = t.warmup_steps > 0 && step <= t.warmup_steps
@@ -148,16 +153,20 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
         const auto rows = [&](int64_t k) {
           return data.train_rows(step, first + k * pp_rows, pp_rows);
         };
+        profile::Span schedule("train", "pipeline schedule");
         loss_sum +=
             pipeline->train_step(pp_tokens(rows), pp_loss(rows, t.micro_batches * pp_microbatches));
         continue;
       }
       const data::Batch b = data.train_rows(step, first, micro_rows);
+      std::optional<profile::Span> phase(std::in_place, "train", "forward");
       const at::Tensor logits = model(b.tokens);
       if (dump_first && step == resumed + 1) dump_rows(o.dump_first_batch, first, b, logits);
       at::Tensor loss =
           models::Transformer::loss(logits, b.targets) / static_cast<double>(t.micro_batches);
+      phase.emplace("train", "backward");
       loss.backward();
+      phase.reset();
       loss_sum += loss.item<double>();
     }
     // Loss of the global batch: the mean over data-parallel ranks (tp ranks agree).
@@ -168,7 +177,9 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
     world_group->all_reduce(l, comm::ReduceOp::kAvg, {"loss"});
     const bool preempted = l[1].item<double>() > 0;
     l = l.narrow(0, 0, 1);
+    std::optional<profile::Span> phase(std::in_place, "train", "clip_grad_norm");
     const double grad_norm = optim::clip_grad_norm(params, t.grad_clip, world, pp);
+    phase.reset();
     traffic.reset();
     // Every rank sees the same (all-reduced) values, so every rank stops here, before the
     // update would write non-finite values into the weights.
@@ -179,8 +190,10 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
           grad_norm, " (not finite); the weights are left as they were after step ", step - 1,
           ". Lower train.lr (", t.lr, "), raise train.warmup_steps or set train.grad_clip"));
     }
+    phase.emplace("train", "optimizer");
     opt->step();
     opt->zero_grad();
+    phase.reset();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // CPU seconds of this step summed over every rank (one 8-byte all-reduce).
@@ -199,6 +212,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
                   peak_rss_mb(),
                   cpu.item<double>()};
     if (comm_report) m.comm_bytes = comm_report->end_step();
+    step_span.reset();
     if (t.eval_interval > 0 && step % t.eval_interval == 0) m.val_loss = evaluate();
     result.steps.push_back(m);
     // Start-up (rendezvous, materialisation, the first step) is over: from now on every
@@ -238,6 +252,14 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   }
   ckpt.finish();
   if (print && world.rank() == 0) progress.finish();
+  if (!o.profile_path.empty()) {
+    profile::set_enabled(false);
+    const std::string summary = write_profile_trace(o.profile_path, *world_group);
+    if (print && world.rank() == 0)
+      std::printf("profile: %s (Chrome trace; open in https://ui.perfetto.dev)\n%s",
+                  o.profile_path.c_str(), summary.c_str());
+    std::fflush(stdout);
+  }
   if (comm_report) {
     const std::string& report = result.comm_report = comm_report->finish(*world_group, print);
     if (metrics.is_open()) {

@@ -200,6 +200,47 @@ for rank in report["ranks"]:
     assert len(ag) == 1 and ag[0]["calls"] == 2 and ag[0]["bytes"] > 0 and ag[0]["ratio"] >= 1, rank
 print("comm report ok: worst", report["worst_ratio"], report["worst_at"])
 PY
+# 11. --profile on 2 ranks (FSDP2, 2 blocks): one Chrome trace with both ranks; per rank every
+#     step, each block's forward and backward inside a step, FSDP's asynchronous all-gathers
+#     and reduce-scatters on the "collectives in flight" track, and the overlap summary.
+"$build/tools/hyperpar-run" --worker_num 2 --log_dir "$tmp/pf" "$train" --config "$src/configs/tp2_fsdp.yaml" \
+  --set parallel.tp=1 --set train.steps=3 --profile "$tmp/prof/trace.json" >"$tmp/pf.out" 2>&1 \
+  || { echo "FAIL: --profile run"; tail -5 "$tmp/pf.out"; fail=1; }
+[ "$(grep -c '^rank [01]: step .* ms; blocking collectives .* overlapped' "$tmp/pf.out")" = 2 ] \
+  || { echo "FAIL: no profile summary"; tail -5 "$tmp/pf.out"; fail=1; }
+python3 - "$tmp/prof/trace.json" <<'PY' || fail=1
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+spans = [e for e in ev if e["ph"] == "X"]
+assert {e["pid"] for e in spans} == {0, 1}, "both ranks"
+names = {(e["args"]["name"], e["pid"]) for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+assert names == {(n, p) for n in ("compute", "collectives in flight") for p in (0, 1)}, names
+for pid in (0, 1):
+    mine = [e for e in spans if e["pid"] == pid]
+    steps = sorted((e for e in mine if e["cat"] == "step"), key=lambda e: e["ts"])
+    assert [e["name"] for e in steps] == ["step 1", "step 2", "step 3"], steps
+    for block in ("layers.0", "layers.1"):
+        for kind, cat in ((block, "forward"), (block + " backward", "backward")):
+            got = [e for e in mine if e["name"] == kind and e["cat"] == cat]
+            assert len(got) == 3, (kind, len(got))
+            for e in got:
+                assert any(s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] for s in steps), e
+    in_flight = {e["name"] for e in mine if e["tid"] == 1}
+    assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= in_flight, in_flight
+    assert any(e["cat"] == "fsdp" and e["name"].startswith("copy-in fsdp layers.") for e in mine)
+print("profile ok:", len(spans), "spans")
+PY
+#     Profiling marks are identity autograd nodes: losses and gradient norms stay bit-identical.
+"$train" --config "$src/configs/single.yaml" --set train.steps=3 --metrics "$tmp/mp.jsonl" --profile "$tmp/p1.json" >/dev/null 2>&1 \
+  || { echo "FAIL: single-process --profile"; fail=1; }
+python3 - "$tmp/m.jsonl" "$tmp/mp.jsonl" <<'PY' || fail=1
+import json, sys
+a, b = ([(r["loss"], r["grad_norm"]) for r in map(json.loads, open(f))] for f in sys.argv[1:3])
+assert a == b, (a, b)
+print("profile leaves training bit-identical")
+PY
+"$train" --config "$src/configs/single.yaml" --set train.steps=1 --profile /proc/hp_trace.json >"$tmp/pf2" 2>&1
+[ $? = 2 ] && grep -q "\-\-profile /proc/hp_trace.json is not writable" "$tmp/pf2" || { echo "FAIL: bad --profile path"; cat "$tmp/pf2"; fail=1; }
 rm -rf "$tmp"
 [ "$fail" = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
 exit $fail

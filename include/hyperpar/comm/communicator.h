@@ -90,7 +90,9 @@ class Communicator {
   CallSite site(const char* op, const CollectiveOptions& opts) const;
   /// Registers the collective with the watchdog (watchdog.h) until its Work completes.
   uint64_t watch(const CallSite& site) const;
-  static WorkHandle finish(WorkHandle work, WatchScope& watched, const CollectiveOptions& opts);
+  /// `began`: when the call was issued (profiler time, core/profiler.h).
+  static WorkHandle finish(WorkHandle work, WatchScope& watched, const CollectiveOptions& opts,
+                           const CallSite& site, int64_t began);
   void check_reduce_dtype(const CallSite& site, const at::Tensor& t, ReduceOp op) const;
   void check_peer(const CallSite& site, int64_t peer, int64_t tag) const;
 

@@ -41,6 +41,9 @@ struct TrainOptions {
   /// "comm_bytes" (rank 0's bytes of the step); at the end rank 0 prints every rank's table
   /// and appends {"comm_report": {...}} to the metrics file.
   bool comm_report = false;
+  /// A path: record a timeline of every step (core/profiler.h) and write it there as one
+  /// Chrome trace for all ranks (train/profile_trace.h); rank 0 prints the overlap summary.
+  std::string profile_path;
 };
 
 struct TrainResult {

@@ -8,6 +8,7 @@
 
 #include "hyperpar/comm/traffic.h"
 #include "hyperpar/core/error.h"
+#include "hyperpar/core/profiler.h"
 #include "hyperpar/nn/checkpoint.h"
 
 namespace hyperpar::parallel::pipeline {
@@ -74,6 +75,7 @@ double PipelineRuntime::train_step(const TokensFn& tokens, const LossFn& loss) {
     const int64_t s = a.stage, mb = a.microbatch;
     const LocalStage& st = stage(s);
     Microbatch& m = mbs[{s, std::max<int64_t>(mb, 0)}];
+    profile::Span span("pipeline", [&] { return to_string(a); });  // e.g. "1F3"
     switch (a.type) {
       case ActionType::kUnshard:
         for (auto h : st.fsdp) h.unshard();
