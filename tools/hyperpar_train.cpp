@@ -24,6 +24,7 @@
 #include "hyperpar/comm/run_main.h"
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/format.h"
+#include "hyperpar/core/malloc_tuning.h"
 #include "hyperpar/nn/safetensors.h"
 #include "hyperpar/parallel/pipeline/simulator.h"
 #include "hyperpar/train/memory_estimate.h"
@@ -190,6 +191,7 @@ void check_output_path(const std::string& flag, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_memory_for_reuse();
   comm::prepare_process_output();
   CLI::App app{"hyperpar-train: N-D parallel Transformer training"};
   std::string config_path, metrics, export_path, dump_first_batch, profile_path;

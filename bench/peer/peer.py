@@ -4,12 +4,15 @@ imports its weights through model.init_from), torch.distributed's DeviceMesh, fu
 (FSDP2), parallelize_module (TP) and torch.optim.AdamW.
 
   peer.py init DIR --dim 512 --layers 4 --heads 8 --kv_heads 4 --ffn 1408 --vocab 4096 --seed 0
-      a random Llama in DIR (transformers' save_pretrained, fp32): both sides start from it
+               [--experts E --top_k K]
+      a random Llama (with --experts: a Mixtral, MoE in every layer) in DIR (transformers'
+      save_pretrained, fp32): both sides start from it
   peer.py train --hf DIR --batches B.safetensors --tp T --lr .. --warmup .. --wd .. --clip ..
                 --metrics M.jsonl
       trains on exactly hyperpar's batches (hyperpar-data batches): single process, or under
       torchrun (gloo) on a (dp, tp) mesh: TP (colwise q/k/v/gate/up and lm_head, rowwise o/down
-      and the embedding) then fully_shard per decoder layer and on the root. Per step, rank 0
+      and the embedding; for Mixtral attention only, experts whole) then fully_shard per decoder
+      layer (the last not resharded after forward, as torchtitan) and on the root. Per step, rank 0
       writes {"step", "loss", "grad_norm", "step_time_s", "cpu_s", "peak_rss_mb"} (loss: mean
       over the global batch; cpu_s: CPU seconds summed over ranks; peak RSS: max over ranks).
 The update is hyperpar's: AdamW(betas 0.9, 0.95, eps 1e-8, decoupled wd), lr linear warm-up
@@ -26,14 +29,23 @@ import torch.nn.functional as F
 
 
 def init(args):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(args.seed)
-    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.dim, intermediate_size=args.ffn,
-                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                      num_key_value_heads=args.kv_heads, rms_norm_eps=1e-5, rope_theta=10000.0,
-                      tie_word_embeddings=False, max_position_embeddings=4096)
-    LlamaForCausalLM(cfg).save_pretrained(args.dir, safe_serialization=True)
+    common = dict(vocab_size=args.vocab, hidden_size=args.dim, intermediate_size=args.ffn,
+                  num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                  num_key_value_heads=args.kv_heads, rms_norm_eps=1e-5, rope_theta=10000.0,
+                  tie_word_embeddings=False, max_position_embeddings=4096)
+    if args.experts > 0:
+        # Mixtral: MoE in every layer, softmax router, top-k renormalised, no jitter, no
+        # auxiliary loss in training (output_router_logits off), as hyperpar's MoE.
+        model = MixtralForCausalLM(MixtralConfig(num_local_experts=args.experts,
+                                                 num_experts_per_tok=args.top_k,
+                                                 router_jitter_noise=0.0,
+                                                 output_router_logits=False, **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    model.save_pretrained(args.dir, safe_serialization=True)
 
 
 def clip_grad_norm(params, max_norm):
@@ -61,14 +73,15 @@ def clip_grad_norm(params, max_norm):
 def train(args):
     import torch.distributed as dist
     from safetensors.torch import load_file
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world > 1:
         dist.init_process_group("gloo")
-    model = LlamaForCausalLM.from_pretrained(args.hf, dtype=torch.float32,
-                                             attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(args.hf, dtype=torch.float32,
+                                                 attn_implementation="sdpa")
+    moe = model.config.model_type == "mixtral"
     model.train()
     dp = world // args.tp
     dp_rank = rank // args.tp
@@ -85,14 +98,19 @@ def train(args):
                     "lm_head": ColwiseParallel(output_layouts=Replicate())}
             for i in range(len(model.model.layers)):
                 p = f"model.layers.{i}."
-                for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                          "mlp.gate_proj", "mlp.up_proj"):
+                # Mixtral's experts and router stay whole on each tp rank (PyTorch has no expert
+                # parallelism for transformers' MoE): both tp ranks compute every expert.
+                mlp = () if moe else ("mlp.gate_proj", "mlp.up_proj")
+                for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj") + mlp:
                     plan[p + n] = ColwiseParallel()
-                for n in ("self_attn.o_proj", "mlp.down_proj"):
+                for n in ("self_attn.o_proj",) + (() if moe else ("mlp.down_proj",)):
                     plan[p + n] = RowwiseParallel()
             parallelize_module(model, mesh["tp"], plan)
-        for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh["dp"])
+        # torchtitan's default: the last block is not resharded after forward (backward needs
+        # it at once); FSDP2 keeps the root unsharded after forward by itself.
+        layers = model.model.layers
+        for i, layer in enumerate(layers):
+            fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=i < len(layers) - 1)
         fully_shard(model, mesh=mesh["dp"])
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=args.wd)
@@ -135,7 +153,7 @@ if __name__ == "__main__":
     i = sub.add_parser("init")
     i.add_argument("dir")
     for k, v in (("dim", 512), ("layers", 4), ("heads", 8), ("kv_heads", 4), ("ffn", 1408),
-                 ("vocab", 4096), ("seed", 0)):
+                 ("vocab", 4096), ("seed", 0), ("experts", 0), ("top_k", 2)):
         i.add_argument("--" + k, type=int, default=v)
     t = sub.add_parser("train")
     t.add_argument("--hf", required=True)

@@ -3,13 +3,17 @@
 # batches, alternating runs (hyperpar MPI, PyTorch, hyperpar gloo, ...; --pairs of each) for
 # single process, FSDP8 and TP2 x FSDP4 on 8 ranks. Model: a dense Llama, dim 512, 4 layers,
 # 8 heads (4 KV), ffn 1408, vocab 4096; seq 128, global batch 16, fp32, AdamW. One intra-op
-# thread per rank on 8 ranks, 2 in the single process.
+# thread per rank on 8 ranks, 2 in the single process. Layout tp2_ep2_fsdp: a Mixtral of the
+# same size with 4 experts (top 2, expert ffn 704) in every layer; hyperpar runs TP2 x EP2 x
+# FSDP4, PyTorch TP2 on attention with the experts whole under FSDP4 (PyTorch has no expert
+# parallelism for transformers' MoE modules, so each of its tp ranks computes every expert).
 # Reports per layout and backend the median step time after 2 warm-up steps, the ratio
 # hyperpar / PyTorch (min / median / max over the pairs), CPU-seconds per step (all ranks),
 # peak RSS per rank, and whether the losses agree within 1e-5 (relative) at every step. Writes
 # bench/results/peer.json. A benchmark: nothing here is timed by CI.
 #
-#   bash bench/peer/run_peer.sh [--pairs 3] [--steps 12] [--layouts "single fsdp8 tp2_fsdp4"]
+#   bash bench/peer/run_peer.sh [--pairs 3] [--steps 12]
+#                               [--layouts "single fsdp8 tp2_fsdp4 tp2_ep2_fsdp"]
 #                               [--build build] [--out bench/results/peer.json]
 # (CI runs it once as a smoke test, 1 pair of 3 single-process steps in the test build: the
 # losses must agree; its times are not looked at.)
@@ -17,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 pairs=3
 steps=12
-layouts="single fsdp8 tp2_fsdp4"
+layouts="single fsdp8 tp2_fsdp4 tp2_ep2_fsdp"
 build=build
 out=bench/results/peer.json
 while [ $# -gt 0 ]; do
@@ -35,16 +39,20 @@ py=.venv/bin/python
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$py" bench/peer/peer.py init "$tmp/hf"
-sets=(--set "model.init_from=hf:$tmp/hf" --set "train.steps=$steps")
-"$build"/tools/hyperpar-data batches --config bench/peer/peer.yaml "${sets[@]}" --out "$tmp/batches.safetensors" >/dev/null
+case " $layouts " in *" tp2_ep2_fsdp "*) "$py" bench/peer/peer.py init "$tmp/hf-moe" --experts 4 --top_k 2 --ffn 704 ;; esac
+"$build"/tools/hyperpar-data batches --config bench/peer/peer.yaml --set "model.init_from=hf:$tmp/hf" \
+  --set "train.steps=$steps" --out "$tmp/batches.safetensors" >/dev/null
 port=29800
 for layout in $layouts; do
+  hf="$tmp/hf" ep=1
   case $layout in
     single) tp=1 ;;
     fsdp8) tp=1 ;;
     tp2_fsdp4) tp=2 ;;
+    tp2_ep2_fsdp) tp=2 ep=2 hf="$tmp/hf-moe" ;;
     *) echo "run_peer: unknown layout $layout" >&2; exit 2 ;;
   esac
+  sets=(--set "model.init_from=hf:$hf" --set "train.steps=$steps")
   for i in $(seq 1 "$pairs"); do
     for side in hyperpar_mpi pytorch hyperpar_gloo; do
       m="$tmp/$layout-$side-$i.jsonl"
@@ -54,14 +62,14 @@ for layout in $layouts; do
           OMP_NUM_THREADS=2 "$build"/tools/hyperpar-train --config bench/peer/peer.yaml "${sets[@]}" --metrics "$m" >/dev/null ;;
         single-hyperpar_gloo) continue ;;  # one process: no backend involved
         single-pytorch)
-          OMP_NUM_THREADS=2 "$py" bench/peer/peer.py train --hf "$tmp/hf" --batches "$tmp/batches.safetensors" --metrics "$m" 2>/dev/null ;;
+          OMP_NUM_THREADS=2 "$py" bench/peer/peer.py train --hf "$hf" --batches "$tmp/batches.safetensors" --metrics "$m" 2>/dev/null ;;
         *-hyperpar_*)
           "$build"/tools/hyperpar-run --worker_num 8 --backend "${side#hyperpar_}" --master_port "$port" \
             --log_dir "$tmp/logs-$layout-$side-$i" -- "$build"/tools/hyperpar-train --config bench/peer/peer.yaml \
-            "${sets[@]}" --set "parallel.tp=$tp" --metrics "$m" >/dev/null ;;
+            "${sets[@]}" --set "parallel.tp=$tp" --set "parallel.ep=$ep" --metrics "$m" >/dev/null ;;
         *-pytorch)
           OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --nproc_per_node 8 --master_port "$port" \
-            bench/peer/peer.py train --hf "$tmp/hf" --batches "$tmp/batches.safetensors" --tp "$tp" \
+            bench/peer/peer.py train --hf "$hf" --batches "$tmp/batches.safetensors" --tp "$tp" \
             --metrics "$m" >/dev/null 2>"$tmp/pt-$layout-$i.err" || { tail -5 "$tmp/pt-$layout-$i.err"; exit 1; } ;;
       esac
     done

@@ -209,11 +209,14 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     // A recomputation (activation checkpointing) runs inside backward: its backward comes
     // right after, so the unsharded parameters stay until the group's reduction clears them.
     if (nn::is_recomputing()) return y;
-    if (!g->opts.reshard_after_forward || g->post_forward_size() == 1 || !y.requires_grad()) {
-      if (!y.requires_grad()) g->unsharded.clear();
+    if (!y.requires_grad()) {
+      g->unsharded.clear();
       return y;
     }
-    g->free_unsharded();
+    // Kept unsharded (no reshard after forward): nothing to refill, but its backward still
+    // issues the backward prefetch of the next groups, as when it refills.
+    const bool keep = !g->opts.reshard_after_forward || g->post_forward_size() == 1;
+    if (!keep) g->free_unsharded();
     // Pre-backward: when the output's gradient arrives, refill before this module's backward.
     std::weak_ptr<FSDPGroup> weak = g;
     return differentiable(

@@ -63,18 +63,20 @@ std::map<std::string, Setter> setters() {
   HP_INT(parallel, dp_shard, "parallel.dp_shard");
   HP_BOOL(parallel, init_on_meta, "parallel.init_on_meta");
   HP_BOOL(parallel, prefetch, "parallel.prefetch");
-  // true | false | k: reshard after forward to groups of k ranks (FSDP2's int form).
+  // true | always | false | k: reshard after forward to groups of k ranks (FSDP2's int form).
   m["parallel.reshard_after_forward"] = [](Config& c, const YAML::Node& n) {
     const std::string key = "parallel.reshard_after_forward";
     const std::string v = as<std::string>(n, key);
-    if (v == "true" || v == "false") {
-      c.parallel.reshard_after_forward = v == "true";
+    c.parallel.reshard_root_and_last = v == "always";
+    if (v == "true" || v == "false" || v == "always") {
+      c.parallel.reshard_after_forward = v != "false";
       c.parallel.reshard_to = 0;
       return;
     }
     c.parallel.reshard_to = as<int64_t>(n, key);
     if (c.parallel.reshard_to < 1)
-      throw ConfigError("config: '" + key + "' must be true, false or a rank count >= 1, got " + v);
+      throw ConfigError("config: '" + key +
+                        "' must be true, always, false or a rank count >= 1, got " + v);
     c.parallel.reshard_after_forward = true;
   };
   HP_BOOL(parallel, sequence_parallel, "parallel.sequence_parallel");

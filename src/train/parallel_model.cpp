@@ -104,6 +104,12 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
     const int64_t efsdp = em->expert_dp.size(em->expert_dp.ndim() - 1);
     if (p.reshard_to > 0) expert_fo.reshard_to = std::gcd(p.reshard_to, efsdp);
   }
+  // Kept unsharded after forward: the root (embeddings, norm, output), as FSDP2 does for its
+  // root, and the last block, as torchtitan does: backward needs both right after forward,
+  // so resharding them would cost an all-gather each for nothing.
+  parallel::FSDPOptions kept = fo, expert_kept = expert_fo;
+  if (!p.reshard_root_and_last)
+    kept.reshard_after_forward = expert_kept.reshard_after_forward = false;
   // Prefetch chains. Forward unshards: root (embeddings), then block l and, inside it, its
   // experts, for l = 0..L-1. Backward refills: root (the loss side), then block l and its
   // experts for l = L-1..0. Each group prefetches the next one of its chain.
@@ -113,16 +119,19 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
     // Expert FSDP first (its own group on the expert-FSDP mesh), then the block.
     std::optional<parallel::FSDPHandle> experts;
     if (ep && m.layers[l]->moe)
-      experts = parallel::fully_shard(*m.layers[l]->moe->experts, *pm.expert_dp_mesh, expert_fo,
-                                      prefix + "moe.experts.");
-    pm.fsdp.push_back(parallel::fully_shard(*m.layers[l], *pm.dp_mesh, fo, prefix));
+      experts =
+          parallel::fully_shard(*m.layers[l]->moe->experts, *pm.expert_dp_mesh,
+                                m.layer_ids[l] == c.model.n_layers - 1 ? expert_kept : expert_fo,
+                                prefix + "moe.experts.");
+    const bool last = m.layer_ids[l] == c.model.n_layers - 1;
+    pm.fsdp.push_back(parallel::fully_shard(*m.layers[l], *pm.dp_mesh, last ? kept : fo, prefix));
     blocks[l].push_back(pm.fsdp.back());
     if (experts) {
       pm.fsdp.push_back(*experts);
       blocks[l].push_back(*experts);
     }
   }
-  pm.fsdp.push_back(parallel::fully_shard(m, *pm.dp_mesh, fo));
+  pm.fsdp.push_back(parallel::fully_shard(m, *pm.dp_mesh, kept));
   if (p.pp > 1) {
     // Under a pipeline schedule the stages' groups are unsharded explicitly, once per step.
     pm.stage_groups.resize(pm.stage_layers.size());

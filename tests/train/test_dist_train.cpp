@@ -45,8 +45,13 @@ TEST(DistTrain, Tp2Ep2FsdpReshardToTwoRanks) {
   train::ParallelModel pm;
   expect_matches(run("tp2_ep2_fsdp.yaml", {"parallel.reshard_after_forward=2"}, true, &pm),
                  baseline(), 1e-5, "tp2_ep2_fsdp reshard_after_forward=2");
-  // Every refill (one per group per step, root included) ran within the 2-rank group.
-  for (auto& h : pm.fsdp) EXPECT_EQ(h.stats().post_forward_group_gathers, 20) << h.fqns().front();
+  // Every refill (one per group per step) ran within the 2-rank group; the last block (and its
+  // experts) and the root stay unsharded after forward (FSDP2's root, torchtitan's last
+  // block), so they have none.
+  for (auto& h : pm.fsdp) {
+    const bool kept = h.fqns().front().rfind("layers.1.", 0) == 0 || &h == &pm.fsdp.back();
+    EXPECT_EQ(h.stats().post_forward_group_gathers, kept ? 0 : 20) << h.fqns().front();
+  }
 }
 
 TEST(DistTrain, Tp2Ep2FsdpExpertsSplitOverTp) {
@@ -110,12 +115,16 @@ TEST(DistTrain, ExpertParallelCountsAndSpecs) {
   ASSERT_EQ(pm.fsdp.size(), 4u);
   EXPECT_EQ(pm.fsdp[2].fqns().front(), "layers.1.moe.experts.w1");
   for (auto& h : pm.fsdp) {
-    EXPECT_EQ(h.stats().all_gathers, 2) << h.fqns().front();
+    // Block 0 is resharded after forward and gathered again for backward; the last block, its
+    // experts and the root stay unsharded (FSDP2's root, torchtitan's last block).
+    const bool block0 = &h == &pm.fsdp.front();
+    EXPECT_EQ(h.stats().all_gathers, block0 ? 2 : 1) << h.fqns().front();
     EXPECT_EQ(h.stats().reduce_scatters, 1) << h.fqns().front();
     EXPECT_EQ(h.stats().all_reduces, 0) << h.fqns().front();
     // Prefetch chains: root -> block 0 -> block 1 -> experts (forward), root -> block 1 ->
-    // experts -> block 0 (backward): every group but the root is prefetched both ways.
-    EXPECT_EQ(h.stats().prefetched, &h == &pm.fsdp.back() ? 0 : 2) << h.fqns().front();
+    // experts -> block 0 (backward): every group but the root is prefetched in forward, and
+    // block 0's refill in backward (kept groups have none).
+    EXPECT_EQ(h.stats().prefetched, &h == &pm.fsdp.back() ? 0 : block0 ? 2 : 1) << h.fqns().front();
   }
   // Regression (a) on real ranks: expert specs combined from the expert-FSDP and ep meshes;
   // one step equals the baseline's first step.
@@ -137,14 +146,16 @@ TEST(DistTrain, CommunicationCountsAndRegressions) {
   EXPECT_EQ(wq.spec->mesh().dim_names(), (std::vector<std::string>{"dp_shard", "tp"}));
   auto& wo = pm.model->layers[0]->attention->wo->param("weight");
   EXPECT_EQ(dtensor::to_string(wo.spec->placements()), "(Shard(0), Shard(1))");
-  // Counts for one step: 3 groups (2 blocks + root), reshard_after_forward: all-gather in
-  // forward and again before backward, one reduce-scatter each.
+  // Counts for one step: 3 groups (2 blocks + root), reshard_after_forward: block 0 is
+  // gathered in forward and again before backward; the last block and the root stay
+  // unsharded after forward (one gather); one reduce-scatter each.
   ASSERT_EQ(pm.fsdp.size(), 3u);
   for (auto& h : pm.fsdp) {
-    EXPECT_EQ(h.stats().all_gathers, 2) << h.fqns().front();
+    const bool block0 = &h == &pm.fsdp.front();
+    EXPECT_EQ(h.stats().all_gathers, block0 ? 2 : 1) << h.fqns().front();
     EXPECT_EQ(h.stats().reduce_scatters, 1) << h.fqns().front();
     EXPECT_EQ(h.stats().all_reduces, 0);
-    EXPECT_EQ(h.stats().prefetched, &h == &pm.fsdp.back() ? 0 : 2) << h.fqns().front();
+    EXPECT_EQ(h.stats().prefetched, &h == &pm.fsdp.back() ? 0 : block0 ? 2 : 1) << h.fqns().front();
   }
   // (b) the gradient of a TP Shard(1) weight handed as a transposed view straight to the
   // Communicator: synchronous ContractError naming the parameter.
@@ -168,7 +179,8 @@ TEST(DistTrain, FsdpBuffersAreReusedAcrossSteps) {
   train::ParallelModel pm;
   run("tp2_ep2_fsdp.yaml", {"train.steps=3"}, true, &pm);
   for (auto& h : pm.fsdp) {
-    EXPECT_EQ(h.stats().all_gathers, 6) << h.fqns().front();  // forward + refill, 3 steps
+    // Forward + refill over 3 steps for block 0; forward only for the kept groups.
+    EXPECT_EQ(h.stats().all_gathers, &h == &pm.fsdp.front() ? 6 : 3) << h.fqns().front();
     EXPECT_EQ(h.stats().buffer_allocations, 4) << h.fqns().front();
   }
 }
@@ -254,4 +266,21 @@ TEST(DistTrain, CommReportShowsPaddingAndDuplicateRows) {
                                                     "backward of both";
   }
   EXPECT_GE(report["worst_ratio"].get<double>(), 2.0);
+}
+
+// reshard_after_forward: true keeps the root and the last block unsharded after forward
+// (FSDP2's root, torchtitan's last block: one all-gather fewer each per step); "always"
+// reshards them too. Only the communication differs: training is bit-identical.
+TEST(DistTrain, ReshardAlwaysOnlyAddsGathers) {
+  train::ParallelModel kept, always;
+  const TrainRun a = run("tp2_fsdp.yaml", {"train.steps=3"}, true, &kept);
+  const TrainRun b = run("tp2_fsdp.yaml",
+                         {"train.steps=3", "parallel.reshard_after_forward=always"}, true, &always);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.grad_norms, b.grad_norms);
+  ASSERT_EQ(kept.fsdp.size(), always.fsdp.size());
+  for (size_t i = 0; i < kept.fsdp.size(); ++i) {
+    EXPECT_EQ(always.fsdp[i].stats().all_gathers, 6) << always.fsdp[i].fqns().front();
+    EXPECT_EQ(kept.fsdp[i].stats().all_gathers, i == 0 ? 6 : 3) << kept.fsdp[i].fqns().front();
+  }
 }

@@ -6,7 +6,10 @@
 //              init_from (hf:DIR: config and weights of a Hugging Face Llama/Mixtral
 //              directory, checkpoint/hf_import.h; any other model key must agree with it)}
 //   parallel: {tp, ep, dp_replicate, dp_shard (-1 = infer), init_on_meta,
-//              reshard_after_forward (true | false | k ranks), prefetch,
+//              reshard_after_forward (true | always | false | k ranks; true and k keep
+//              the root and the last block unsharded after forward, as FSDP2 and
+//              torchtitan do, since backward needs them at once; always reshards those
+//              too), prefetch,
 //              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
 //              expert_tp (1 | tp, see parallel/expert_mesh.h),
 //              pp (pipeline stages' ranks, outermost mesh dim), pp_schedule (GPipe | 1F1B |
@@ -47,8 +50,9 @@ struct ParallelConfig {
   int64_t tp = 1, ep = 1, dp_replicate = 1, dp_shard = -1;
   int64_t expert_tp = 1;  // 1: ep borrows from dp_shard*tp; tp: experts split over tp too
   bool init_on_meta = true, reshard_after_forward = true, sequence_parallel = false;
-  int64_t reshard_to = 0;  // reshard_after_forward: k -> post-forward groups of k ranks
-  bool prefetch = true;    // FSDP all-gather prefetch of the next group (forward, backward)
+  int64_t reshard_to = 0;              // reshard_after_forward: k -> post-forward groups of k ranks
+  bool reshard_root_and_last = false;  // reshard_after_forward: always
+  bool prefetch = true;  // FSDP all-gather prefetch of the next group (forward, backward)
   c10::ScalarType param_dtype = c10::kFloat, reduce_dtype = c10::kFloat;
   // Pipeline parallelism (parallel/pipeline/): world = pp x dp_replicate x dp_shard x tp.
   int64_t pp = 1, pp_microbatches = 1, pp_virtual_stages = 1;
