@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "hyperpar/core/error.h"
 
@@ -29,18 +30,39 @@ AdamW::AdamW(std::vector<nn::Parameter*> params, double lr, double wd, double b1
 void AdamW::step() {
   at::NoGradGuard no_grad;
   ++t_;
-  const double c1 = 1.0 - std::pow(b1_, static_cast<double>(t_));
-  const double c2 = 1.0 - std::pow(b2_, static_cast<double>(t_));
+  // One fused call per (device, dtype): the kernel wants every list on one device and dtype.
+  struct Batch {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  };
+  std::map<std::tuple<int, int, int>, Batch> batches;
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor p = params_[i]->data;
     at::Tensor g = p.grad();
     if (!g.defined()) continue;
-    g = g.to(p.scalar_type());
-    m_[i].mul_(b1_).add_(g, 1.0 - b1_);
-    v_[i].mul_(b2_).addcmul_(g, g, 1.0 - b2_);
-    p.mul_(1.0 - lr_ * wd_);
-    at::Tensor denom = (v_[i] / c2).sqrt_().add_(eps_);
-    p.addcdiv_(m_[i], denom, -lr_ / c1);
+    g = g.to(p.scalar_type()).contiguous();
+    if (!p.is_contiguous()) {
+      const double c1 = 1.0 - std::pow(b1_, static_cast<double>(t_));
+      const double c2 = 1.0 - std::pow(b2_, static_cast<double>(t_));
+      m_[i].mul_(b1_).add_(g, 1.0 - b1_);
+      v_[i].mul_(b2_).addcmul_(g, g, 1.0 - b2_);
+      p.mul_(1.0 - lr_ * wd_);
+      p.addcdiv_(m_[i], (v_[i].sqrt() / std::sqrt(c2)).add_(eps_), -lr_ / c1);
+      continue;
+    }
+    Batch& b = batches[{static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()),
+                        p.device().index()}];
+    b.params.push_back(p);
+    b.grads.push_back(g);
+    b.exp_avgs.push_back(m_[i]);
+    b.exp_avg_sqs.push_back(v_[i]);
+  }
+  for (auto& [key, b] : batches) {
+    // The kernel reads the step count from a float tensor per parameter; one serves all.
+    const at::Tensor count =
+        at::full({}, static_cast<double>(t_), b.params.front().options().dtype(at::kFloat));
+    const std::vector<at::Tensor> steps(b.params.size(), count);
+    at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, lr_, b1_, b2_, wd_,
+                      eps_, /*amsgrad=*/false, /*maximize=*/false);
   }
 }
 

@@ -51,6 +51,9 @@ class Optimizer {
   double lr_ = 1e-3;
 };
 
+/// AdamW (decoupled weight decay, PyTorch's formula). One step is one fused kernel call
+/// (at::_fused_adamw_) per (device, dtype) over all parameters with a gradient; a parameter
+/// whose storage is not contiguous takes the same formula as separate tensor operations.
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<nn::Parameter*> params, double lr, double weight_decay = 0.01,
