@@ -49,17 +49,18 @@ at::Tensor split_rows(const at::Tensor& x, const mesh::DeviceMesh& tp, bool part
 
 at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicator> group,
                            std::vector<int64_t> out_rows, std::vector<int64_t> in_rows,
-                           const std::string& tag, int64_t bound_rows,
-                           int64_t bound_rows_backward) {
+                           const std::string& tag, int64_t bound_rows, int64_t bound_rows_backward,
+                           std::shared_ptr<ReusedBuffer> out_buffer,
+                           std::shared_ptr<ReusedBuffer> grad_buffer) {
   // The backward's all-to-all counts under the scope of the forward (comm/traffic.h).
   const std::string scope = comm::TrafficScope::current();
   auto run = [group, tag, scope](const at::Tensor& in, const std::vector<int64_t>& out_r,
                                  const std::vector<int64_t>& in_r, int64_t bound_rows,
-                                 const char* what) {
+                                 const std::shared_ptr<ReusedBuffer>& buffer, const char* what) {
     comm::TrafficScope traffic(scope);
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] = sum(out_r);
-    at::Tensor out = at::empty(shape, in.options());
+    at::Tensor out = buffer ? buffer->take(shape, in.options()) : at::empty(shape, in.options());
     if (bound_rows >= 0 && in.size(0) > 0)
       comm::record_traffic_bound("all_to_all_single",
                                  static_cast<double>(bound_rows * (in.numel() / in.size(0)) *
@@ -68,9 +69,9 @@ at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicat
     return out;
   };
   return differentiable(
-      x, [=](const at::Tensor& t) { return run(t, out_rows, in_rows, bound_rows, ""); },
+      x, [=](const at::Tensor& t) { return run(t, out_rows, in_rows, bound_rows, out_buffer, ""); },
       [=](const at::Tensor& g) {
-        return run(g, in_rows, out_rows, bound_rows_backward, " (backward)");
+        return run(g, in_rows, out_rows, bound_rows_backward, grad_buffer, " (backward)");
       },
       "all_to_all_rows");
 }
@@ -78,7 +79,8 @@ at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicat
 at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
                                    const at::Tensor& expert_ids, const at::Tensor& weights,
                                    const std::shared_ptr<comm::Communicator>& group,
-                                   const std::string& tag) {
+                                   const std::string& tag,
+                                   const std::shared_ptr<ExchangeBuffers>& buffers) {
   const int64_t e = group->size(), n_experts = moe.n_experts;
   HP_CHECK(n_experts % e == 0, "expert parallel: ", n_experts, " experts of ", tag,
            " do not divide over the ", e, " ranks of ", group->label());
@@ -137,13 +139,23 @@ at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
   for (size_t i = 0; i < to_expert_major.size(); ++i) to_source_major[to_expert_major[i]] = i;
 
   at::Tensor routed = tokens.index_select(0, order.token);
+  // The received rows and both gradients are consumed by an index_select (forward or
+  // backward) right away, so they may live in buffers reused by the next step.
   at::Tensor arrived = all_to_all_rows(routed, group, recv_rows, send_rows, tag + " dispatch",
-                                       tokens_out, tokens_in);
+                                       tokens_out, tokens_in, buffers ? buffers->dispatch : nullptr,
+                                       buffers ? buffers->dispatch_grad : nullptr);
   moe.experts->tokens_per_expert = per_expert;
   at::Tensor y = (*moe.experts)(arrived.index_select(0, host_long(to_expert_major)));
   at::Tensor back = all_to_all_rows(y.index_select(0, host_long(to_source_major)), group, send_rows,
-                                    recv_rows, tag + " combine", tokens_in, tokens_out);
+                                    recv_rows, tag + " combine", tokens_in, tokens_out, nullptr,
+                                    buffers ? buffers->combine_grad : nullptr);
   return nn::combine_by_token(back, weights, order, tokens.size(0));
+}
+
+std::shared_ptr<const ExchangeBuffers> exchange_buffers(const nn::MoE& moe) {
+  // Only ExpertParallel::apply sets both; another routed_experts has no exchange buffers.
+  if (!moe.routed_experts || !moe.routed_experts_state) return nullptr;
+  return std::static_pointer_cast<const ExchangeBuffers>(moe.routed_experts_state);
 }
 
 void ExpertParallel::apply(nn::Module& m, const std::string& fqn,
@@ -176,8 +188,10 @@ void ExpertParallel::apply(nn::Module& m, const std::string& fqn,
   }
   const auto split = token_split_;
   const bool partial = input_grad_partial_;
-  moe.routed_experts = [ep, split, partial, fqn](nn::MoE& self, const at::Tensor& tokens,
-                                                 const nn::Routing& r) {
+  auto buffers = std::make_shared<ExchangeBuffers>();
+  moe.routed_experts_state = buffers;
+  moe.routed_experts = [ep, split, partial, fqn, buffers](nn::MoE& self, const at::Tensor& tokens,
+                                                          const nn::Routing& r) {
     at::Tensor x = self.prepare_expert_input ? self.prepare_expert_input(tokens) : tokens;
     at::Tensor w =
         self.prepare_routing_weights ? self.prepare_routing_weights(r.weights) : r.weights;
@@ -188,7 +202,7 @@ void ExpertParallel::apply(nn::Module& m, const std::string& fqn,
       const int64_t per = ids.size(0) / split->size();
       ids = ids.narrow(0, split->get_local_rank(0) * per, per);
     }
-    at::Tensor out = expert_parallel_forward(self, x, ids, w, ep.get_group(0), fqn);
+    at::Tensor out = expert_parallel_forward(self, x, ids, w, ep.get_group(0), fqn, buffers);
     if (split && split->size() > 1)
       out = relayout(out, *split, Shard{0}, Replicate{}, std::nullopt, fqn + " output");
     if (self.experts->reduce_output) out = self.experts->reduce_output(out);

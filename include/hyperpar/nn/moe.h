@@ -76,6 +76,9 @@ class MoE : public Module {
   /// Runs the routed experts on tokens [T, D] (the local experts, all of them without EP).
   /// Replaced by expert parallel with its dispatch/compute/combine.
   std::function<at::Tensor(MoE&, const at::Tensor& tokens, const Routing&)> routed_experts;
+  /// State of whoever installed routed_experts, living as long as the module (expert parallel
+  /// keeps its exchange buffers here: parallel::exchange_buffers).
+  std::shared_ptr<void> routed_experts_state;
   /// Expert computation without EP: every expert locally.
   at::Tensor local_routed_experts(const at::Tensor& tokens, const Routing& r);
   int64_t n_experts, top_k;

@@ -37,6 +37,8 @@
 #include <vector>
 
 #include "hyperpar/comm/communicator.h"
+#include "hyperpar/core/reused_buffer.h"
+#include "hyperpar/nn/moe.h"
 #include "hyperpar/parallel/tensor_parallel.h"
 
 namespace hyperpar::parallel {
@@ -60,10 +62,27 @@ class ExpertParallel : public ParallelStyle {
 /// gradient goes back with the splits swapped. x is copied to a contiguous buffer first.
 /// bound_rows (forward) and bound_rows_backward >= 0: the least rows this rank must send,
 /// added to the traffic bound of the current scope (comm/traffic.h) when recording.
+/// out_buffer / grad_buffer: receive the forward's rows / the gradient there instead of in a
+/// fresh tensor (only for results consumed at once: core/reused_buffer.h).
 at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicator> group,
                            std::vector<int64_t> out_rows, std::vector<int64_t> in_rows,
                            const std::string& tag, int64_t bound_rows = -1,
-                           int64_t bound_rows_backward = -1);
+                           int64_t bound_rows_backward = -1,
+                           std::shared_ptr<ReusedBuffer> out_buffer = nullptr,
+                           std::shared_ptr<ReusedBuffer> grad_buffer = nullptr);
+
+/// The receive buffers of one MoE layer's token exchange, kept between steps: the dispatch's
+/// rows (index_selected into expert order at once) and the gradients arriving in both
+/// backwards (consumed at once by index_select's backward). The combine's rows are not among
+/// them: combine_by_token saves them for the routing weights' gradient.
+struct ExchangeBuffers {
+  std::shared_ptr<ReusedBuffer> dispatch = std::make_shared<ReusedBuffer>();
+  std::shared_ptr<ReusedBuffer> dispatch_grad = std::make_shared<ReusedBuffer>();
+  std::shared_ptr<ReusedBuffer> combine_grad = std::make_shared<ReusedBuffer>();
+};
+
+/// The exchange buffers ExpertParallel keeps on `moe`; null where it was not applied.
+std::shared_ptr<const ExchangeBuffers> exchange_buffers(const nn::MoE& moe);
 
 /// The routed-expert computation of `moe` for tokens [n, D] with ids/weights [n, k], over the
 /// ep `group` (whose ranks own consecutive blocks of n_experts / group size experts).
@@ -73,6 +92,7 @@ at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicat
 at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
                                    const at::Tensor& expert_ids, const at::Tensor& weights,
                                    const std::shared_ptr<comm::Communicator>& group,
-                                   const std::string& tag);
+                                   const std::string& tag,
+                                   const std::shared_ptr<ExchangeBuffers>& buffers = nullptr);
 
 }  // namespace hyperpar::parallel
