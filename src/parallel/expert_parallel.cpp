@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "hyperpar/comm/traffic.h"
@@ -81,75 +82,114 @@ at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
                                    const std::shared_ptr<comm::Communicator>& group,
                                    const std::string& tag,
                                    const std::shared_ptr<ExchangeBuffers>& buffers) {
-  const int64_t e = group->size(), n_experts = moe.n_experts;
+  const int64_t e = group->size(), n_experts = moe.n_experts, me = group->rank();
   HP_CHECK(n_experts % e == 0, "expert parallel: ", n_experts, " experts of ", tag,
            " do not divide over the ", e, " ranks of ", group->label());
   const int64_t local = n_experts / e;
   comm::TrafficScope traffic("ep " + tag);
   nn::ExpertOrder order = nn::sort_by_expert(expert_ids, n_experts);
-  // Counts first, per destination rank r: the pairs for each of r's local experts, then how
-  // many distinct tokens go to r (the traffic bound: a token needs to reach a rank once,
-  // however many of its experts live there). Received: rc[s * (local + 1) + l] = pairs rank
-  // s sends to my local expert l; rc[s * (local + 1) + local] = its distinct tokens.
+  const at::Tensor pair_token = order.token.to(c10::kCPU).contiguous();
+  const int64_t* pair_tok = pair_token.data_ptr<int64_t>();
+
+  // Each destination rank r gets each token once, however many of r's experts it goes to:
+  // its distinct tokens (ascending) and, per sorted pair, the row of its token among them.
+  std::vector<int64_t> send_rows(e, 0), pairs_to(e, 0), send_token;
+  std::vector<int32_t> pair_row(static_cast<size_t>(pair_token.numel()));
+  for (int64_t r = 0, p0 = 0; r < e; ++r) {
+    for (int64_t l = 0; l < local; ++l) pairs_to[r] += order.pairs_per_expert[r * local + l];
+    const int64_t p1 = p0 + pairs_to[r];
+    std::vector<int64_t> distinct(pair_tok + p0, pair_tok + p1);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    for (int64_t p = p0; p < p1; ++p)
+      pair_row[p] = static_cast<int32_t>(
+          std::lower_bound(distinct.begin(), distinct.end(), pair_tok[p]) - distinct.begin());
+    send_rows[r] = static_cast<int64_t>(distinct.size());
+    send_token.insert(send_token.end(), distinct.begin(), distinct.end());
+    p0 = p1;
+  }
+
+  // Counts first, per destination rank r: the pairs for each of r's local experts, then the
+  // distinct tokens r gets. Received: rc[s * (local + 1) + l] = pairs rank s sends to my
+  // local expert l; rc[s * (local + 1) + local] = the rows (distinct tokens) it sends me.
   const int64_t stride = local + 1;
   std::vector<int64_t> counts(e * stride, 0);
-  for (int64_t r = 0; r < e; ++r)
+  for (int64_t r = 0; r < e; ++r) {
     for (int64_t l = 0; l < local; ++l)
       counts[r * stride + l] = order.pairs_per_expert[r * local + l];
-  if (expert_ids.numel() > 0 && !expert_ids.is_meta()) {
-    at::Tensor owner = at::floor_divide(expert_ids.reshape({expert_ids.size(0), -1}), local);
-    at::Tensor tokens_per_rank = at::zeros({owner.size(0), e}, owner.options().dtype(at::kBool))
-                                     .scatter_(1, owner, true)
-                                     .sum(0, /*keepdim=*/false, at::kLong)
-                                     .contiguous();
-    const int64_t* n = tokens_per_rank.data_ptr<int64_t>();
-    for (int64_t r = 0; r < e; ++r) counts[r * stride + local] = n[r];
+    counts[r * stride + local] = send_rows[r];
   }
   at::Tensor send_counts = host_long(counts);
   at::Tensor recv_counts = at::empty({e * stride}, send_counts.options());
   group->all_to_all_single(recv_counts, send_counts, {}, {}, {tag + " expert counts", false});
   const int64_t* all_rc = recv_counts.data_ptr<int64_t>();
-  std::vector<int64_t> rc(n_experts);
-  int64_t tokens_out = 0, tokens_in = 0;  // distinct tokens leaving / arriving (bounds)
+  std::vector<int64_t> rc(n_experts), recv_rows(e, 0), pairs_from(e, 0), per_expert(local, 0);
   for (int64_t r = 0; r < e; ++r) {
-    for (int64_t l = 0; l < local; ++l) rc[r * local + l] = all_rc[r * stride + l];
-    if (r == group->rank()) continue;
-    tokens_out += counts[r * stride + local];
-    tokens_in += all_rc[r * stride + local];
-  }
-  std::vector<int64_t> send_rows(e, 0), recv_rows(e, 0), per_expert(local, 0);
-  for (int64_t r = 0; r < e; ++r)
     for (int64_t l = 0; l < local; ++l) {
-      send_rows[r] += order.pairs_per_expert[r * local + l];
-      recv_rows[r] += rc[r * local + l];
+      rc[r * local + l] = all_rc[r * stride + l];
+      pairs_from[r] += rc[r * local + l];
       per_expert[l] += rc[r * local + l];
     }
-  // Source-rank-major -> expert-major permutation of the received rows.
-  std::vector<int64_t> src_start(e, 0);
-  for (int64_t r = 1; r < e; ++r) src_start[r] = src_start[r - 1] + recv_rows[r - 1];
-  std::vector<int64_t> to_expert_major;
-  to_expert_major.reserve(sum(recv_rows));
+    recv_rows[r] = all_rc[r * stride + local];
+  }
+  // The least traffic: rows and routing entries (row index, weight) for other ranks only.
+  const auto to_others = [me](const std::vector<int64_t>& v) { return sum(v) - v[me]; };
+
+  // The routing entries: for each pair, its token's row in the block sent to its expert's
+  // rank (int32) and its routing weight (differentiable), source-major on arrival.
+  at::Tensor send_pair_row =
+      at::from_blob(pair_row.data(), {static_cast<int64_t>(pair_row.size())}, at::kInt).clone();
+  at::Tensor recv_pair_row = at::empty({sum(pairs_from)}, send_pair_row.options());
+  comm::record_traffic_bound("all_to_all_single", static_cast<double>(to_others(pairs_to) * 4));
+  group->all_to_all_single(recv_pair_row, send_pair_row, pairs_from, pairs_to,
+                           {tag + " pair rows", false});
+  at::Tensor pair_weight = weights.reshape({-1}).index_select(0, order.pair).unsqueeze(-1);
+  at::Tensor arrived_weight =
+      all_to_all_rows(pair_weight, group, pairs_from, pairs_to, tag + " routing weights",
+                      to_others(pairs_to), to_others(pairs_from));
+
+  // Received pairs, source-major ([src s: expert 0..L-1]), in expert-major order ([expert l:
+  // src 0..e-1]), and the row of arrived tokens each one reads.
+  std::vector<int64_t> src_pair_start(e, 0), src_row_start(e, 0);
+  for (int64_t r = 1; r < e; ++r) {
+    src_pair_start[r] = src_pair_start[r - 1] + pairs_from[r - 1];
+    src_row_start[r] = src_row_start[r - 1] + recv_rows[r - 1];
+  }
+  const int32_t* got_row = recv_pair_row.data_ptr<int32_t>();
+  std::vector<int64_t> to_expert_major, row_of_expert_major;
+  to_expert_major.reserve(sum(pairs_from));
+  row_of_expert_major.reserve(sum(pairs_from));
   for (int64_t l = 0; l < local; ++l)
     for (int64_t r = 0; r < e; ++r) {
-      int64_t start = src_start[r];
+      int64_t start = src_pair_start[r];
       for (int64_t j = 0; j < l; ++j) start += rc[r * local + j];
-      for (int64_t i = 0; i < rc[r * local + l]; ++i) to_expert_major.push_back(start + i);
+      for (int64_t i = 0; i < rc[r * local + l]; ++i) {
+        to_expert_major.push_back(start + i);
+        row_of_expert_major.push_back(src_row_start[r] + got_row[start + i]);
+      }
     }
-  std::vector<int64_t> to_source_major(to_expert_major.size());
-  for (size_t i = 0; i < to_expert_major.size(); ++i) to_source_major[to_expert_major[i]] = i;
 
-  at::Tensor routed = tokens.index_select(0, order.token);
-  // The received rows and both gradients are consumed by an index_select (forward or
-  // backward) right away, so they may live in buffers reused by the next step.
-  at::Tensor arrived = all_to_all_rows(routed, group, recv_rows, send_rows, tag + " dispatch",
-                                       tokens_out, tokens_in, buffers ? buffers->dispatch : nullptr,
-                                       buffers ? buffers->dispatch_grad : nullptr);
+  at::Tensor routed = tokens.index_select(0, host_long(send_token));
+  // Every received block of rows (both ways, forward and backward) is consumed at once by an
+  // index_select or index_add, which keep only their indices: buffers reused every step.
+  at::Tensor arrived =
+      all_to_all_rows(routed, group, recv_rows, send_rows, tag + " dispatch", to_others(send_rows),
+                      to_others(recv_rows), buffers ? buffers->dispatch : nullptr,
+                      buffers ? buffers->dispatch_grad : nullptr);
+  const at::Tensor rows = host_long(row_of_expert_major);
   moe.experts->tokens_per_expert = per_expert;
-  at::Tensor y = (*moe.experts)(arrived.index_select(0, host_long(to_expert_major)));
-  at::Tensor back = all_to_all_rows(y.index_select(0, host_long(to_source_major)), group, send_rows,
-                                    recv_rows, tag + " combine", tokens_in, tokens_out, nullptr,
+  at::Tensor y = (*moe.experts)(arrived.index_select(0, rows));
+  // Weighted and summed per arrived token here, in expert order (as nn::combine_by_token
+  // adds a token's pairs), so one row per token goes back.
+  at::Tensor weighted = y * arrived_weight.index_select(0, host_long(to_expert_major));
+  at::Tensor per_token =
+      at::zeros({arrived.size(0), y.size(-1)}, y.options()).index_add(0, rows, weighted);
+  at::Tensor back = all_to_all_rows(per_token, group, send_rows, recv_rows, tag + " combine",
+                                    to_others(recv_rows), to_others(send_rows),
+                                    buffers ? buffers->combine : nullptr,
                                     buffers ? buffers->combine_grad : nullptr);
-  return nn::combine_by_token(back, weights, order, tokens.size(0));
+  return at::zeros({tokens.size(0), back.size(-1)}, back.options())
+      .index_add(0, host_long(send_token), back);
 }
 
 std::shared_ptr<const ExchangeBuffers> exchange_buffers(const nn::MoE& moe) {

@@ -4,18 +4,25 @@
 // back with all_to_all_single.
 //
 // Forward of the routed experts on one rank (ep group of e ranks, L = E/e local experts):
-//   1. sort the (token, expert) pairs by expert (nn::sort_by_expert): the gathered buffer is
-//      destination-rank-major, since rank r owns experts [r*L, (r+1)*L);
-//   2. exchange the per-expert counts first (an all_to_all of E int64 per rank), so every
-//      rank knows its receive split sizes as host integers;
-//   3. all_to_all_single the tokens (split sizes = pairs per destination rank); what arrives
-//      is source-rank-major: [src 0: expert 0..L-1][src 1: expert 0..L-1]...;
-//   4. permute to expert-major ([expert 0: src 0..e-1][expert 1: ...]) and run the local
-//      experts (nn::GroupedExperts), permute back to source-rank-major;
-//   5. all_to_all_single back (the reverse split sizes) and combine: weight each pair's
-//      output by its routing weight and add it to its token (nn::combine_by_token).
-// Both all_to_alls are differentiable: the backward of a dispatch with splits (in, out) is
+//   1. sort the (token, expert) pairs by expert (nn::sort_by_expert): destination-rank-major,
+//      since rank r owns experts [r*L, (r+1)*L);
+//   2. per destination rank, its distinct tokens: a token goes to a rank once, however many
+//      of that rank's experts it is routed to;
+//   3. exchange the counts first (an all_to_all of e*(L+1) int64: pairs per local expert and
+//      distinct tokens per rank), so every rank knows its receive split sizes as host
+//      integers, then the routing entries: per pair, its token's row (int32) and its routing
+//      weight (differentiable);
+//   4. all_to_all_single the distinct tokens' rows; run the local experts (nn::GroupedExperts)
+//      on the pairs in expert-major order ([expert 0: src 0..e-1][expert 1: ...]), each pair
+//      reading its token's row;
+//   5. weight each pair's output and add it to its token's row, in expert order, so one row
+//      per token goes back (all_to_all_single with the reverse splits), where it is added to
+//      its token: the same additions in the same order as nn::combine_by_token.
+// Every all_to_all of rows is differentiable: the backward of one with splits (in, out) is
 // the all_to_all with (out, in). Results equal the single-rank MoE up to summation order.
+//
+// Example (e = 2, L = 2, top 2): token 7 routed to experts 2 and 3 (both on rank 1) is sent
+// to rank 1 once; rank 1 returns w2 y2 + w3 y3 for it in one row.
 //
 // Two ways of composing with tensor parallel (torchtitan's expert_tensor_parallel_degree):
 //   * ep mesh 1-D (expert_tp = 1): ep borrows ranks from dp_shard*tp, experts are whole on
@@ -71,12 +78,12 @@ at::Tensor all_to_all_rows(const at::Tensor& x, std::shared_ptr<comm::Communicat
                            std::shared_ptr<ReusedBuffer> out_buffer = nullptr,
                            std::shared_ptr<ReusedBuffer> grad_buffer = nullptr);
 
-/// The receive buffers of one MoE layer's token exchange, kept between steps: the dispatch's
-/// rows (index_selected into expert order at once) and the gradients arriving in both
-/// backwards (consumed at once by index_select's backward). The combine's rows are not among
-/// them: combine_by_token saves them for the routing weights' gradient.
+/// The receive buffers of one MoE layer's token exchange, kept between steps: the rows
+/// arriving in the dispatch and in the combine and the gradients arriving in both backwards,
+/// each consumed at once by an index_select or index_add (which save only their indices).
 struct ExchangeBuffers {
   std::shared_ptr<ReusedBuffer> dispatch = std::make_shared<ReusedBuffer>();
+  std::shared_ptr<ReusedBuffer> combine = std::make_shared<ReusedBuffer>();
   std::shared_ptr<ReusedBuffer> dispatch_grad = std::make_shared<ReusedBuffer>();
   std::shared_ptr<ReusedBuffer> combine_grad = std::make_shared<ReusedBuffer>();
 };
@@ -87,8 +94,8 @@ std::shared_ptr<const ExchangeBuffers> exchange_buffers(const nn::MoE& moe);
 /// The routed-expert computation of `moe` for tokens [n, D] with ids/weights [n, k], over the
 /// ep `group` (whose ranks own consecutive blocks of n_experts / group size experts).
 /// Its all-to-alls count under the traffic scope "ep <tag>", whose bound is one row per
-/// (token, other rank owning one of its experts) each way: a token routed to two experts of
-/// the same rank is sent twice today, which the report shows as bytes above the bound.
+/// (token, other rank owning one of its experts) each way plus one routing entry (an int32
+/// row and the weight) per pair routed to another rank; only the counts are above it.
 at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
                                    const at::Tensor& expert_ids, const at::Tensor& weights,
                                    const std::shared_ptr<comm::Communicator>& group,

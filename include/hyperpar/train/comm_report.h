@@ -17,7 +17,9 @@
 //                   its gradient, an all-gather of (t-1)/t X)
 //   tp output       the input's gradient all-reduce (SP: all-gather and reduce-scatter) and
 //                   the logits' all-gather, (t-1)/t x rows x seq x vocab
-//   ep <moe>        the routed rows that must leave the rank (parallel/expert_parallel.h)
+//   ep <moe>        the routed rows that must leave the rank, one per token and other rank
+//                   owning one of its experts, each way, and a routing entry (row, weight)
+//                   per pair routed to another rank (parallel/expert_parallel.h)
 // MoE blocks under tensor parallel, pipeline sends and the trainer's own scalars have no
 // bound (shown as "-").
 #include <string>
