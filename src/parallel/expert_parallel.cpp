@@ -138,7 +138,7 @@ at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
   // The routing entries: for each pair, its token's row in the block sent to its expert's
   // rank (int32) and its routing weight (differentiable), source-major on arrival.
   at::Tensor send_pair_row =
-      at::from_blob(pair_row.data(), {static_cast<int64_t>(pair_row.size())}, at::kInt).clone();
+      at::tensor(pair_row, at::TensorOptions().dtype(at::kInt).device(c10::kCPU));
   at::Tensor recv_pair_row = at::empty({sum(pairs_from)}, send_pair_row.options());
   comm::record_traffic_bound("all_to_all_single", static_cast<double>(to_others(pairs_to) * 4));
   group->all_to_all_single(recv_pair_row, send_pair_row, pairs_from, pairs_to,
@@ -169,7 +169,8 @@ at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
       }
     }
 
-  at::Tensor routed = tokens.index_select(0, host_long(send_token));
+  const at::Tensor sent = host_long(send_token);
+  at::Tensor routed = tokens.index_select(0, sent);
   // Every received block of rows (both ways, forward and backward) is consumed at once by an
   // index_select or index_add, which keep only their indices: buffers reused every step.
   at::Tensor arrived =
@@ -188,8 +189,7 @@ at::Tensor expert_parallel_forward(nn::MoE& moe, const at::Tensor& tokens,
                                     to_others(recv_rows), to_others(send_rows),
                                     buffers ? buffers->combine : nullptr,
                                     buffers ? buffers->combine_grad : nullptr);
-  return at::zeros({tokens.size(0), back.size(-1)}, back.options())
-      .index_add(0, host_long(send_token), back);
+  return at::zeros({tokens.size(0), back.size(-1)}, back.options()).index_add(0, sent, back);
 }
 
 std::shared_ptr<const ExchangeBuffers> exchange_buffers(const nn::MoE& moe) {
