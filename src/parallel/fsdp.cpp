@@ -115,27 +115,34 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
   bool any_meta = false;
   for (auto& [fqn, p] : module.named_parameters(prefix)) {
     if (p->fsdp_managed) continue;
-    HP_CHECK(!p->shape.empty(), "fully_shard: parameter ", fqn, " is a scalar; FSDP shards dim 0");
-    Placement fsdp_p = Shard{0};
+    HP_CHECK(!p->shape.empty(), "fully_shard: parameter ", fqn,
+             " is a scalar; FSDP shards one of its dims");
+    int64_t dim = 0;
+    if (opts.shard_placement_fn)
+      if (auto d = opts.shard_placement_fn(fqn, *p)) dim = *d;
+    HP_CHECK(dim >= 0 && dim < static_cast<int64_t>(p->shape.size()),
+             "fully_shard: ", "shard_placement_fn chose dim ", dim, " for ", fqn, ", which has ",
+             p->shape.size(), " dims (expected 0..", p->shape.size() - 1, ")");
+    Placement fsdp_p = Shard{dim};
     Placements placements;
     if (dp_mesh.ndim() == 2) placements.push_back(Replicate{});
     mesh::DeviceMesh combined = dp_mesh;
     std::vector<int64_t> tp_local = p->data.sizes().vec();
     if (p->spec) {
       const auto& tp_mesh = p->spec->mesh();
-      int64_t dim0_split = 1;
+      int64_t split = 1;  // TP/EP shards of the dim FSDP shards too
       for (size_t d = 0; d < p->spec->placements().size(); ++d) {
         const auto& tpp = p->spec->placements()[d];
-        if (shard_dim(tpp) != 0) continue;
-        HP_CHECK(is_shard(tpp), "fully_shard: ", fqn, " is sharded on dim 0 as ",
-                 p->placements_string(), "; only Shard(0) composes with FSDP's dim 0");
-        dim0_split *= tp_mesh.size(static_cast<int64_t>(d));
+        if (shard_dim(tpp) != dim) continue;
+        HP_CHECK(is_shard(tpp), "fully_shard: ", fqn, " is sharded on dim ", dim, " as ",
+                 p->placements_string(), "; only Shard(", dim, ") composes with FSDP's dim ", dim);
+        split *= tp_mesh.size(static_cast<int64_t>(d));
       }
-      if (dim0_split > 1) {
-        HP_CHECK(p->shape[0] % dim0_split == 0, "fully_shard: ", fqn, " dim 0 (", p->shape[0],
-                 ") must divide by the ", dim0_split, " TP/EP shards of it (",
+      if (split > 1) {
+        HP_CHECK(p->shape[dim] % split == 0, "fully_shard: ", fqn, " dim ", dim, " (",
+                 p->shape[dim], ") must divide by the ", split, " TP/EP shards of it (",
                  p->placements_string(), " on ", tp_mesh.to_string(), ") to compose with FSDP");
-        fsdp_p = StridedShard{0, dim0_split};
+        fsdp_p = StridedShard{dim, split};
       }
       combined = mesh::concatenate({dp_mesh, tp_mesh});
     }
@@ -153,8 +160,8 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
       } else if (g->trivial) {
         shard = p->data;
       } else {
-        const IndexRange rr = chunk_range(tp_local[0], g->dp, g->coord);
-        shard = p->data.narrow(0, rr.start, rr.size).clone();
+        const IndexRange rr = chunk_range(tp_local[dim], g->dp, g->coord);
+        shard = p->data.narrow(dim, rr.start, rr.size).clone(at::MemoryFormat::Contiguous);
       }
     }
     p->data = shard.detach().requires_grad_(true);
@@ -165,9 +172,11 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     g->fqns.push_back(fqn);
     g->full_local.push_back(tp_local);
     int64_t rn = 1;
-    for (size_t d = 1; d < tp_local.size(); ++d) rn *= tp_local[d];
+    for (size_t d = 0; d < tp_local.size(); ++d)
+      if (static_cast<int64_t>(d) != dim) rn *= tp_local[d];
+    g->dim.push_back(dim);
     g->row_numel.push_back(rn);
-    g->max_rows.push_back(max_chunk_size(tp_local[0], g->dp));
+    g->max_rows.push_back(max_chunk_size(tp_local[dim], g->dp));
     g->offset.push_back(g->segment);
     g->segment += g->max_rows.back() * rn;
     if (g->trivial) continue;

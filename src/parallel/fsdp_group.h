@@ -27,9 +27,11 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
  public:
   std::vector<nn::Parameter*> params;
   std::vector<std::string> fqns;
-  std::vector<std::vector<int64_t>> full_local;      // TP-local (unsharded by FSDP) shape
-  std::vector<int64_t> row_numel, max_rows, offset;  // per param; offset into a rank segment
-  int64_t segment = 0;                               // padded elements per rank
+  std::vector<std::vector<int64_t>> full_local;  // TP-local (unsharded by FSDP) shape
+  // Per param: the dim FSDP shards (a "row" is one index of it), the elements of one row,
+  // the largest chunk's rows, and the param's offset into a rank's segment.
+  std::vector<int64_t> dim, row_numel, max_rows, offset;
+  int64_t segment = 0;  // padded elements per rank
   std::shared_ptr<comm::Communicator> shard_group, replicate_group;
   std::optional<mesh::DeviceMesh> dp_mesh;  // groups are fetched at first use (dry runs never)
   int64_t dp = 1, coord = 0;
@@ -62,7 +64,13 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   bool sync = true, freed = false;
   FSDPStats stats;
 
-  int64_t rows(size_t i, int64_t r) const { return chunk_range(full_local[i][0], dp, r).size; }
+  int64_t rows(size_t i, int64_t r) const { return chunk_range(full_local[i][dim[i]], dp, r).size; }
+  // The shape of n rows of param i: its chunk as a contiguous tensor in a flat segment.
+  std::vector<int64_t> chunk_shape(size_t i, int64_t n) const {
+    std::vector<int64_t> s = full_local[i];
+    s[dim[i]] = n;
+    return s;
+  }
 
   // A prefetched all-gather in flight: its buffers and the shards' versions when issued.
   struct PendingGather {
@@ -147,14 +155,15 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
         if (!only_freed || t->freed) t->begin_gather(only_freed && t->kept.defined());
   }
 
-  // Rank r's rows of param i inside the gathered buffer, concatenated over ranks.
+  // Rank r's rows of param i inside the gathered buffer, concatenated over ranks along the
+  // sharded dim (for a dim > 0 each chunk lands as a strided block of dst).
   void copy_out(const at::Tensor& flat, size_t i, at::Tensor dst) {
     int64_t row = 0;
     for (int64_t r = 0; r < dp; ++r) {
       const int64_t n = rows(i, r);
       if (n == 0) continue;
-      dst.narrow(0, row, n).view({-1}).copy_(
-          flat.narrow(0, r * segment + offset[i], n * row_numel[i]));
+      dst.narrow(dim[i], row, n)
+          .copy_(flat.narrow(0, r * segment + offset[i], n * row_numel[i]).view(chunk_shape(i, n)));
       row += n;
     }
   }
@@ -188,7 +197,8 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
           const int64_t n = rows(i, r);
           if (n == 0) continue;
           kept.narrow(0, (r - j * per) * segment + offset[i], n * row_numel[i])
-              .copy_(unsharded[i].detach().narrow(0, first_row(i, r), n).reshape({-1}));
+              .view(chunk_shape(i, n))
+              .copy_(unsharded[i].detach().narrow(dim[i], first_row(i, r), n));
         }
     }
     for (auto& t : unsharded) at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), 0);
@@ -272,7 +282,8 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
         const int64_t n = rows(i, r);
         if (n == 0) continue;
         send.narrow(0, r * segment + offset[i], n * row_numel[i])
-            .copy_(full[i].narrow(0, row, n).reshape({-1}));
+            .view(chunk_shape(i, n))
+            .copy_(full[i].narrow(dim[i], row, n));
         row += n;
       }
     }

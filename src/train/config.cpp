@@ -60,6 +60,20 @@ std::map<std::string, Setter> setters() {
   HP_INT(parallel, ep, "parallel.ep");
   HP_INT(parallel, expert_tp, "parallel.expert_tp");
   HP_INT(parallel, dp_replicate, "parallel.dp_replicate");
+  m["parallel.expert_shard_dim"] = [](Config& c, const YAML::Node& n) {
+    const std::string key = "parallel.expert_shard_dim";
+    const std::string v = as<std::string>(n, key);
+    if (v == "auto") {
+      c.parallel.expert_shard_dim = -1;
+      return;
+    }
+    if (v != "0" && v != "1")
+      throw ConfigError("config: '" + key +
+                        "' must be auto, 0 (experts) or 1 (the rows of "
+                        "each expert), got " +
+                        v);
+    c.parallel.expert_shard_dim = v == "1" ? 1 : 0;
+  };
   HP_INT(parallel, dp_shard, "parallel.dp_shard");
   HP_BOOL(parallel, init_on_meta, "parallel.init_on_meta");
   HP_BOOL(parallel, prefetch, "parallel.prefetch");

@@ -103,6 +103,12 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
     // also divides the requested post-forward group.
     const int64_t efsdp = em->expert_dp.size(em->expert_dp.ndim() - 1);
     if (p.reshard_to > 0) expert_fo.reshard_to = std::gcd(p.reshard_to, efsdp);
+    // Experts that do not divide over the expert-FSDP ranks are sharded on dim 1 (no padding).
+    const int64_t dim = p.expert_shard_dim;
+    expert_fo.shard_placement_fn = [dim, efsdp](const std::string&, const nn::Parameter& w) {
+      return std::optional<int64_t>(
+          dim >= 0 ? dim : parallel::expert_fsdp_shard_dim(w.data.sizes().vec(), efsdp));
+    };
   }
   // Kept unsharded after forward: the root (embeddings, norm, output), as FSDP2 does for its
   // root, and the last block, as torchtitan does: backward needs both right after forward,

@@ -6,7 +6,9 @@
 //     combined (efsdp, ep[, tp]) specs with StridedShard;
 //   * a forward with parameters still on meta raises, naming exactly those parameters;
 //   * materialised on every simulated rank, the shards assemble the single-process init bit
-//     for bit (including ranks that hold no expert rows: torch.chunk sizes 1,1,0,0).
+//     for bit, with experts FSDP-sharded on dim 0 (including ranks that hold no expert rows:
+//     torch.chunk sizes 1,1,0,0) or on dim 1 (plain, or strided where tp splits dim 1 too);
+//   * expert_fsdp_shard_dim picks the dim without padding.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -89,39 +91,72 @@ TEST(ExpertMesh, HsdpAndBadSizes) {
   EXPECT_THROW(parallel::make_expert_meshes(world_mesh(0), 2, 3), Error);
 }
 
+// Expert FSDP's shard dim (torchtitan's rule): dim 0 when the local experts divide over the
+// expert-FSDP ranks, else the dim that pads least.
+TEST(ExpertMesh, ExpertShardDimAvoidsPadding) {
+  EXPECT_EQ(parallel::expert_fsdp_shard_dim({2, 704, 512}, 4), 1);
+  EXPECT_EQ(parallel::expert_fsdp_shard_dim({4, 704, 512}, 4), 0);
+  EXPECT_EQ(parallel::expert_fsdp_shard_dim({8, 704, 512}, 4), 0);
+  EXPECT_EQ(parallel::expert_fsdp_shard_dim({2, 7, 512}, 4), 1);  // 8 rows for 7 vs 4 for 2
+  EXPECT_EQ(parallel::expert_fsdp_shard_dim({3, 2, 512}, 4), 0);  // 4 x 2 vs 4 x 3 moved
+  EXPECT_EQ(parallel::expert_fsdp_shard_dim({1, 64}, 1), 0);
+  EXPECT_EQ(parallel::expert_fsdp_shard_dim({3}, 2), 0);  // one dim: nothing else to shard
+  EXPECT_THROW(parallel::expert_fsdp_shard_dim({}, 2), Error);
+}
+
+// Every expert FSDP layout built under meta and materialised on 8 simulated ranks assembles
+// the single-process init bit for bit; the configurations differ in the expert weights' specs:
+//   expert_tp 1, auto: 2 local experts over 4 efsdp ranks -> dim 1 (no padding);
+//   expert_tp 1, dim 0 forced: StridedShard(0) with ranks holding no expert rows (1,1,0,0);
+//   expert_tp 2, auto: 2 local experts over 2 efsdp ranks -> dim 0;
+//   expert_tp 2, dim 1 forced: w1's dim 1 is split by tp too -> StridedShard(1, sf=2).
 TEST(ExpertMesh, SpecsUnderMetaAndInitIdentity) {
   // Single-process reference init.
   auto ref = train::build_parallel_model(single_config(), comm::World::simulated(0, 1));
   std::map<std::string, at::Tensor> want;
   for (auto& [n, p] : ref.model->named_parameters()) want[n] = p->data.detach();
 
-  for (const char* etp : {"1", "2"}) {
-    const bool two_d = std::string(etp) == "2";
+  struct Layout {
+    std::string expert_tp, shard_dim, w1_placements;
+    std::vector<std::string> mesh_dims;
+    Ranks rank5_w1_shape;
+    dtensor::IndexRanges rank5_w1_rows;  // of dim 1
+  };
+  const std::vector<Layout> layouts = {
+      {"1", "auto", "(Shard(1), Shard(0))", {"efsdp", "ep"}, {2, 16, 64}, {{32, 16}}},
+      {"1", "0", "(StridedShard(0, sf=2), Shard(0))", {"efsdp", "ep"}, {0, 64, 64}, {{0, 64}}},
+      {"2",
+       "auto",
+       "(StridedShard(0, sf=2), Shard(0), Shard(1))",
+       {"efsdp", "ep", "tp"},
+       {1, 32, 64},
+       {{32, 32}}},
+      {"2",
+       "1",
+       "(StridedShard(1, sf=2), Shard(0), Shard(1))",
+       {"efsdp", "ep", "tp"},
+       {2, 16, 64},
+       {{48, 16}}},
+  };
+  for (const Layout& l : layouts) {
+    const std::string what = "expert_tp " + l.expert_tp + ", expert_shard_dim " + l.shard_dim;
     std::map<std::string, at::Tensor> got;
     for (auto& [n, w] : want) got[n] = at::full(w.sizes(), std::nanf(""));
     for (int64_t r = 0; r < 8; ++r) {
-      train::Config c = ep_config({std::string("parallel.expert_tp=") + etp});
+      train::Config c = ep_config(
+          {"parallel.expert_tp=" + l.expert_tp, "parallel.expert_shard_dim=" + l.shard_dim});
       // Regression (a): everything up to fully_shard runs under meta.
       auto pm = train::build_parallel_model(c, comm::World::simulated(r, 8), false);
       auto& w1 = pm.model->layers[1]->moe->experts->param("w1");
       ASSERT_TRUE(w1.data.is_meta());
       ASSERT_TRUE(w1.spec);
-      if (two_d) {
-        EXPECT_EQ(dtensor::to_string(w1.spec->placements()),
-                  "(StridedShard(0, sf=2), Shard(0), Shard(1))");
-        EXPECT_EQ(w1.spec->mesh().dim_names(), (std::vector<std::string>{"efsdp", "ep", "tp"}));
-      } else {
-        EXPECT_EQ(dtensor::to_string(w1.spec->placements()), "(StridedShard(0, sf=2), Shard(0))");
-        EXPECT_EQ(w1.spec->mesh().dim_names(), (std::vector<std::string>{"efsdp", "ep"}));
-      }
+      EXPECT_EQ(dtensor::to_string(w1.spec->placements()), l.w1_placements) << what;
+      EXPECT_EQ(w1.spec->mesh().dim_names(), l.mesh_dims) << what;
       if (r == 5) {
-        // Worked example: rank 5 holds no expert rows (expert_tp 1) or one expert's half
-        // hidden (expert_tp 2: ep 0, efsdp 1 -> expert 1, hidden rows of tp 1).
-        EXPECT_EQ(w1.data.sizes().vec(), two_d ? (Ranks{1, 32, 64}) : (Ranks{0, 64, 64}));
-        if (two_d) {
-          EXPECT_EQ(w1.local_ranges()[0], (dtensor::IndexRanges{{1, 1}}));
-          EXPECT_EQ(w1.local_ranges()[1], (dtensor::IndexRanges{{32, 32}}));
-        }
+        // Worked example of expert_mesh.h: rank 5 is efsdp 2, ep 1 (expert_tp 1) or efsdp 1,
+        // ep 0, tp 1 (expert_tp 2).
+        EXPECT_EQ(w1.data.sizes().vec(), l.rank5_w1_shape) << what;
+        EXPECT_EQ(w1.local_ranges()[1], l.rank5_w1_rows) << what;
       }
       auto& wq = pm.model->layers[0]->attention->wq->param("weight");
       EXPECT_EQ(dtensor::to_string(wq.spec->placements()), "(StridedShard(0, sf=2), Shard(0))");
@@ -131,7 +166,7 @@ TEST(ExpertMesh, SpecsUnderMetaAndInitIdentity) {
       for (auto& [n, p] : pm.model->named_parameters())
         dtensor::put_ranges(got[n], p->local_ranges(), p->data.detach());
     }
-    for (auto& [n, w] : want) EXPECT_TRUE(got[n].equal(w)) << "expert_tp " << etp << ": " << n;
+    for (auto& [n, w] : want) EXPECT_TRUE(got[n].equal(w)) << what << ": " << n;
   }
 }
 

@@ -56,7 +56,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))["ranks"][0]
 assert r["ep_group"] == [4, 5] and r["expert_dp_group"] == [1, 3, 5, 7], r
 w1 = {x["name"]: x for x in r["parameters"]}["layers.1.moe.experts.w1"]
-assert w1["local_shape"] == [0, 64, 64] and w1["placements"] == "(StridedShard(0, sf=2), Shard(0))", w1
+# 2 local experts over 4 expert-FSDP ranks: sharded on dim 1 (no padding), rows 32..47 here.
+assert w1["local_shape"] == [2, 16, 64] and w1["placements"] == "(Shard(1), Shard(0))", w1
 print("ep dry run ok")
 PY
 # 3c. Pipeline sizes (exit 2, naming the values) and the dry run of a 1024-rank

@@ -5,12 +5,19 @@
 //   fully_shard(model, dp_mesh, opts);                                     // root: the rest
 //
 // Each call makes one parameter group of the module's parameters not claimed by an inner
-// call. Every managed parameter becomes sharded on dim 0 over the data-parallel mesh (1-D:
-// FSDP; 2-D (replicate, shard): HSDP). A TP-distributed parameter keeps its TP placement
-// and gets the combined spec on concatenate(dp_mesh, tp_mesh): FSDP shards dim 0 of its TP
-// shard, i.e. Shard(0) on dp, or StridedShard(0, f) when TP/EP also shards dim 0 over mesh
-// dims of total size f (then dim 0 must divide by f). The TP/EP mesh may be N-D (experts on
-// ("ep", "tp")). Uneven dim 0 is split as torch.chunk does.
+// call. Every managed parameter becomes sharded on one dim d over the data-parallel mesh
+// (1-D: FSDP; 2-D (replicate, shard): HSDP): dim 0, or the dim FSDPOptions::
+// shard_placement_fn picks for it (FSDP2's shard_placement_fn). A TP-distributed parameter
+// keeps its TP placement and gets the combined spec on concatenate(dp_mesh, tp_mesh): FSDP
+// shards dim d of its TP shard, i.e. Shard(d) on dp, or StridedShard(d, f) when TP/EP also
+// shards dim d over mesh dims of total size f (then dim d must divide by f). The TP/EP mesh
+// may be N-D (experts on ("ep", "tp")). An uneven dim d is split as torch.chunk does, and
+// every rank's segment of the flat buffers is padded to the largest chunk.
+//
+//   Experts w1 [2 local experts, 704, 512] over 4 shard ranks: dim 0 gives chunks of
+//   1, 1, 0, 0 experts, so every all-gather moves 4 experts' rows for 2 (twice the bound);
+//   shard_placement_fn -> 1 gives each rank [2, 176, 512] and no padding (torchtitan's
+//   choice for experts, parallel/expert_mesh.h: expert_fsdp_shard_dim).
 //
 // Forward: the module's pre-forward hook unshards its group with ONE flat all-gather
 // (copy-in of every local shard, padded, cast to param_dtype; copy-out into per-parameter
@@ -40,6 +47,7 @@
 // Under DeviceContext(meta) (or with meta parameters) nothing is communicated: specs are
 // set and the local shards are meta tensors of their shard shape, ready for to_empty +
 // init_weights.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +73,11 @@ struct FSDPOptions {
   /// once, instead of averaged over the group (PyTorch's set_gradient_divide_factor). Expert
   /// FSDP groups need it: parallel/expert_mesh.h.
   std::optional<double> gradient_divide_factor;
+  /// The dim each parameter is sharded on, given its FQN and the parameter as it is when
+  /// fully_shard runs (TP/EP-distributed already: `data` has the TP/EP-local shape, on meta
+  /// too). Unset, or nullopt for a parameter: dim 0. The dim must exist.
+  std::function<std::optional<int64_t>(const std::string& fqn, const nn::Parameter& p)>
+      shard_placement_fn;
 };
 
 struct FSDPStats {

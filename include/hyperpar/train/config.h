@@ -11,7 +11,9 @@
 //              torchtitan do, since backward needs them at once; always reshards those
 //              too), prefetch,
 //              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
-//              expert_tp (1 | tp, see parallel/expert_mesh.h),
+//              expert_tp (1 | tp, see parallel/expert_mesh.h), expert_shard_dim (auto |
+//              0 | 1: the dim expert FSDP shards expert weights on; auto: dim 1 where the
+//              local experts do not divide over the expert-FSDP ranks, as torchtitan),
 //              pp (pipeline stages' ranks, outermost mesh dim), pp_schedule (GPipe | 1F1B |
 //              Interleaved1F1B | InterleavedZeroBubble), pp_microbatches, pp_virtual_stages
 //              (stages per pp rank), pp_split ([first layer of each stage]; default even),
@@ -48,7 +50,8 @@ class ConfigError : public UsageError {
 
 struct ParallelConfig {
   int64_t tp = 1, ep = 1, dp_replicate = 1, dp_shard = -1;
-  int64_t expert_tp = 1;  // 1: ep borrows from dp_shard*tp; tp: experts split over tp too
+  int64_t expert_tp = 1;          // 1: ep borrows from dp_shard*tp; tp: experts split over tp too
+  int64_t expert_shard_dim = -1;  // -1 (auto): parallel::expert_fsdp_shard_dim; 0; 1
   bool init_on_meta = true, reshard_after_forward = true, sequence_parallel = false;
   int64_t reshard_to = 0;              // reshard_after_forward: k -> post-forward groups of k ranks
   bool reshard_root_and_last = false;  // reshard_after_forward: always
