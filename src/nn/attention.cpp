@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "hyperpar/core/error.h"
+#include "hyperpar/nn/fused_ops.h"
 
 namespace hyperpar::nn {
 
@@ -49,10 +50,7 @@ at::Tensor apply_rotary(const at::Tensor& x, double base) {
   const int64_t S = x.size(1), hd = x.size(3);
   HP_CHECK(hd % 2 == 0, "rotary embedding needs an even head dim, got ", hd);
   const auto [c, s] = rotary_tables(S, hd, base, x.scalar_type());
-  at::Tensor pairs = x.reshape({x.size(0), S, x.size(2), hd / 2, 2});
-  at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
-  at::Tensor re = even * c - odd * s, im = even * s + odd * c;
-  return at::stack({re, im}, -1).reshape(x.sizes());
+  return rotary(x, c, s);
 }
 
 Attention::Attention(int64_t dim_, int64_t n_heads_, int64_t n_kv_heads_, double rope_base_,

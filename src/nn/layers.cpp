@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "hyperpar/core/error.h"
+#include "hyperpar/nn/fused_ops.h"
 
 namespace hyperpar::nn {
 
@@ -51,10 +52,6 @@ RMSNorm::RMSNorm(int64_t dim, double eps_) : Module("RMSNorm"), eps(eps_) {
   register_parameter("weight", {dim}, dtensor::InitScheme::ones());
 }
 
-at::Tensor RMSNorm::forward(const at::Tensor& x) {
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, true) + eps);
-  return normed.to(x.scalar_type()) * value("weight");
-}
+at::Tensor RMSNorm::forward(const at::Tensor& x) { return rms_norm(x, value("weight"), eps); }
 
 }  // namespace hyperpar::nn

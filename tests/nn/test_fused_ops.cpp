@@ -1,0 +1,111 @@
+// The fused RMSNorm and rotary kernels (nn/fused_ops.h) against their formulas computed in
+// double precision with plain ATen ops: outputs and the gradients of every input. Tolerance
+// 2e-6 relative (max abs error over max abs value): float32 rounding of sums of up to a few
+// hundred terms (~1e-7 each), not a looser algorithm. Shapes cover a last dim that is not a
+// multiple of the 16 SIMD lanes and row counts that are not a multiple of the 64-row blocks
+// of the weight gradient. The weight gradient is bit-identical for 1 and 2 threads.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include "hyperpar/core/error.h"
+#include "hyperpar/nn/fused_ops.h"
+
+using namespace hyperpar;
+
+namespace {
+
+double rel_err(const at::Tensor& got, const at::Tensor& want) {
+  const double scale = want.abs().max().item<double>();
+  return (got.to(at::kDouble) - want).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return x * at::rsqrt(x.pow(2).mean({-1}, true) + eps) * w;
+}
+
+at::Tensor rotary_reference(const at::Tensor& x, const at::Tensor& c, const at::Tensor& s) {
+  const int64_t S = x.size(1), pairs = x.size(3) / 2;
+  const at::Tensor cc = c.view({1, S, 1, pairs}), ss = s.view({1, S, 1, pairs});
+  at::Tensor p = x.reshape({x.size(0), S, x.size(2), pairs, 2});
+  at::Tensor e = p.select(-1, 0), o = p.select(-1, 1);
+  return at::stack({e * cc - o * ss, e * ss + o * cc}, -1).reshape(x.sizes());
+}
+
+}  // namespace
+
+TEST(FusedOps, RmsNormMatchesItsFormulaAndGradients) {
+  at::manual_seed(3);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 3, 16}, {5, 37}, {130, 512}}) {
+    const int64_t d = shape.back();
+    at::Tensor x = at::randn(shape).requires_grad_(true);
+    at::Tensor w = (1 + 0.3 * at::randn({d})).requires_grad_(true);
+    at::Tensor g = at::randn(shape);
+    at::Tensor y = nn::rms_norm(x, w, 1e-5);
+    y.backward(g);
+
+    at::Tensor xd = x.detach().to(at::kDouble).requires_grad_(true);
+    at::Tensor wd = w.detach().to(at::kDouble).requires_grad_(true);
+    at::Tensor yd = rms_norm_reference(xd, wd, 1e-5);
+    yd.backward(g.to(at::kDouble));
+    EXPECT_LE(rel_err(y.detach(), yd.detach()), 2e-6) << shape;
+    EXPECT_LE(rel_err(x.grad(), xd.grad()), 2e-6) << shape;
+    EXPECT_LE(rel_err(w.grad(), wd.grad()), 2e-6) << shape;
+  }
+}
+
+TEST(FusedOps, RmsNormWeightGradientDoesNotDependOnThreads) {
+  at::manual_seed(4);
+  at::Tensor x = at::randn({300, 64});
+  at::Tensor g = at::randn({300, 64});
+  const int threads = at::get_num_threads();
+  std::vector<at::Tensor> grads;
+  for (int t : {1, 2}) {
+    at::set_num_threads(t);
+    at::Tensor w = at::ones({64}).requires_grad_(true);
+    nn::rms_norm(x, w, 1e-6).backward(g);
+    grads.push_back(w.grad().clone());
+  }
+  at::set_num_threads(threads);
+  EXPECT_TRUE(grads[0].equal(grads[1]));
+}
+
+TEST(FusedOps, RmsNormOtherDtypesTakeTheComposite) {
+  // bf16 (param_dtype bfloat16): the formula in float, rounded to bf16, times the weight.
+  at::Tensor x = at::randn({4, 8}).to(at::kBFloat16);
+  at::Tensor w = at::ones({8}, at::kBFloat16);
+  at::Tensor y = nn::rms_norm(x, w, 1e-5);
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  EXPECT_LE(
+      rel_err(y.to(at::kFloat), rms_norm_reference(x.to(at::kDouble), w.to(at::kDouble), 1e-5)),
+      1e-2);
+}
+
+TEST(FusedOps, RotaryMatchesItsFormulaAndGradients) {
+  at::manual_seed(5);
+  for (const auto& shape :
+       std::vector<std::vector<int64_t>>{{2, 5, 3, 8}, {3, 7, 2, 34}, {2, 16, 4, 64}}) {
+    const int64_t S = shape[1], pairs = shape[3] / 2;
+    at::Tensor angles = at::rand({S, pairs}, at::kDouble) * 6.3;
+    at::Tensor c = angles.cos().to(at::kFloat), s = angles.sin().to(at::kFloat);
+    at::Tensor x = at::randn(shape).requires_grad_(true);
+    at::Tensor g = at::randn(shape);
+    at::Tensor y = nn::rotary(x, c, s);
+    y.backward(g);
+
+    at::Tensor xd = x.detach().to(at::kDouble).requires_grad_(true);
+    at::Tensor yd = rotary_reference(xd, c.to(at::kDouble), s.to(at::kDouble));
+    yd.backward(g.to(at::kDouble));
+    EXPECT_LE(rel_err(y.detach(), yd.detach()), 2e-6) << shape;
+    EXPECT_LE(rel_err(x.grad(), xd.grad()), 2e-6) << shape;
+    // A rotation keeps each pair's length.
+    EXPECT_TRUE(at::allclose(y.detach().pow(2).sum(), x.detach().pow(2).sum(), 1e-5));
+  }
+  // A non-contiguous input (a transposed view) gives the same result as its contiguous copy.
+  at::Tensor c = at::ones({4, 2}), s = at::zeros({4, 2});
+  at::Tensor base = at::randn({2, 3, 4, 4});
+  at::Tensor xt = base.transpose(1, 2);  // [2, 4, 3, 4], strided
+  EXPECT_TRUE(nn::rotary(xt, c, s).equal(xt.contiguous()));
+  EXPECT_THROW(nn::rotary(at::randn({2, 4, 3, 5}), c, s), Error);  // odd head dim
+  EXPECT_THROW(nn::rotary(at::randn({2, 5, 3, 4}), c, s), Error);  // tables for 4 positions
+}
