@@ -1,21 +1,8 @@
 #include "hyperpar/parallel/expert_mesh.h"
 
 #include "hyperpar/core/error.h"
-#include "hyperpar/dtensor/shard_math.h"
 
 namespace hyperpar::parallel {
-
-int64_t expert_fsdp_shard_dim(const std::vector<int64_t>& ep_local_shape, int64_t efsdp) {
-  HP_CHECK(!ep_local_shape.empty() && efsdp >= 1, "expert_fsdp_shard_dim: expected a shape and ",
-           "an expert-FSDP size >= 1, got ", ep_local_shape.size(), " dims over ", efsdp);
-  if (ep_local_shape[0] % efsdp == 0 || ep_local_shape.size() < 2) return 0;
-  // Elements moved per rank set when sharding dim d: every rank's segment holds the largest
-  // torch.chunk part of it (the dims past 1 are a common factor, left out).
-  const int64_t e = ep_local_shape[0], rows = ep_local_shape[1];
-  const int64_t p0 = dtensor::max_chunk_size(e, efsdp) * efsdp * rows;
-  const int64_t p1 = dtensor::max_chunk_size(rows, efsdp) * efsdp * e;
-  return p1 < p0 ? 1 : 0;
-}
 
 ExpertMeshes make_expert_meshes(const mesh::DeviceMesh& world_mesh, int64_t ep, int64_t expert_tp) {
   HP_CHECK(world_mesh.dim_names() == (std::vector<std::string>{"dp_replicate", "dp_shard", "tp"}),

@@ -92,6 +92,24 @@ FSDPTrafficBound FSDPHandle::traffic_lower_bound(int64_t forwards, bool explicit
 
 void wait_gradient_reductions() { FSDPGroup::finish_all_reductions(); }
 
+int64_t least_padded_dim(const std::vector<int64_t>& shape, int64_t n) {
+  HP_CHECK(!shape.empty() && n >= 1, "least_padded_dim: expected a shape and n >= 1, got ",
+           shape.size(), " dims over ", n);
+  if (shape[0] % n == 0) return 0;
+  int64_t best = 0;
+  double best_size = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    double size = static_cast<double>(max_chunk_size(shape[d], n) * n);
+    for (size_t o = 0; o < shape.size(); ++o)
+      if (o != d) size *= static_cast<double>(shape[o]);
+    if (d == 0 || size < best_size) {
+      best = static_cast<int64_t>(d);
+      best_size = size;
+    }
+  }
+  return best;
+}
+
 FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, const FSDPOptions& opts,
                        const std::string& prefix) {
   HP_CHECK(dp_mesh.ndim() == 1 || dp_mesh.ndim() == 2,
@@ -121,7 +139,7 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     if (opts.shard_placement_fn)
       if (auto d = opts.shard_placement_fn(fqn, *p)) dim = *d;
     HP_CHECK(dim >= 0 && dim < static_cast<int64_t>(p->shape.size()),
-             "fully_shard: ", "shard_placement_fn chose dim ", dim, " for ", fqn, ", which has ",
+             "fully_shard: shard_placement_fn chose dim ", dim, " for ", fqn, ", which has ",
              p->shape.size(), " dims (expected 0..", p->shape.size() - 1, ")");
     Placement fsdp_p = Shard{dim};
     Placements placements;

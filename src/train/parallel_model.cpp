@@ -96,6 +96,12 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
   fo.reshard_to = p.reshard_to;
   fo.param_dtype = p.param_dtype;
   fo.reduce_dtype = p.reduce_dtype;
+  // Each parameter on the dim that pads least (dim 0 whenever it divides): a router [4, dim]
+  // or experts [4, ...] on 8 ranks would otherwise move twice their bytes.
+  const int64_t dp_shard = pm.dp_mesh->size(pm.dp_mesh->ndim() - 1);
+  fo.shard_placement_fn = [dp_shard](const std::string&, const nn::Parameter& w) {
+    return std::optional<int64_t>(parallel::least_padded_dim(w.data.sizes().vec(), dp_shard));
+  };
   parallel::FSDPOptions expert_fo = fo;
   if (ep) {
     expert_fo.gradient_divide_factor = em->gradient_divide_factor;
@@ -103,11 +109,12 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
     // also divides the requested post-forward group.
     const int64_t efsdp = em->expert_dp.size(em->expert_dp.ndim() - 1);
     if (p.reshard_to > 0) expert_fo.reshard_to = std::gcd(p.reshard_to, efsdp);
-    // Experts that do not divide over the expert-FSDP ranks are sharded on dim 1 (no padding).
+    // Experts that do not divide over the expert-FSDP ranks go on dim 1 (torchtitan), or
+    // where parallel.expert_shard_dim says.
     const int64_t dim = p.expert_shard_dim;
     expert_fo.shard_placement_fn = [dim, efsdp](const std::string&, const nn::Parameter& w) {
       return std::optional<int64_t>(
-          dim >= 0 ? dim : parallel::expert_fsdp_shard_dim(w.data.sizes().vec(), efsdp));
+          dim >= 0 ? dim : parallel::least_padded_dim(w.data.sizes().vec(), efsdp));
     };
   }
   // Kept unsharded after forward: the root (embeddings, norm, output), as FSDP2 does for its

@@ -91,17 +91,19 @@ TEST(ExpertMesh, HsdpAndBadSizes) {
   EXPECT_THROW(parallel::make_expert_meshes(world_mesh(0), 2, 3), Error);
 }
 
-// Expert FSDP's shard dim (torchtitan's rule): dim 0 when the local experts divide over the
-// expert-FSDP ranks, else the dim that pads least.
-TEST(ExpertMesh, ExpertShardDimAvoidsPadding) {
-  EXPECT_EQ(parallel::expert_fsdp_shard_dim({2, 704, 512}, 4), 1);
-  EXPECT_EQ(parallel::expert_fsdp_shard_dim({4, 704, 512}, 4), 0);
-  EXPECT_EQ(parallel::expert_fsdp_shard_dim({8, 704, 512}, 4), 0);
-  EXPECT_EQ(parallel::expert_fsdp_shard_dim({2, 7, 512}, 4), 1);  // 8 rows for 7 vs 4 for 2
-  EXPECT_EQ(parallel::expert_fsdp_shard_dim({3, 2, 512}, 4), 0);  // 4 x 2 vs 4 x 3 moved
-  EXPECT_EQ(parallel::expert_fsdp_shard_dim({1, 64}, 1), 0);
-  EXPECT_EQ(parallel::expert_fsdp_shard_dim({3}, 2), 0);  // one dim: nothing else to shard
-  EXPECT_THROW(parallel::expert_fsdp_shard_dim({}, 2), Error);
+// The FSDP shard dim the trainer picks (torchtitan's rule for experts, for every parameter):
+// dim 0 when it divides over the shard ranks, else the dim that pads least.
+TEST(ExpertMesh, LeastPaddedDimAvoidsPadding) {
+  EXPECT_EQ(parallel::least_padded_dim({2, 704, 512}, 4), 1);
+  EXPECT_EQ(parallel::least_padded_dim({4, 704, 512}, 4), 0);
+  EXPECT_EQ(parallel::least_padded_dim({8, 704, 512}, 4), 0);
+  EXPECT_EQ(parallel::least_padded_dim({2, 7, 512}, 4), 2);  // 512 divides: no padding
+  EXPECT_EQ(parallel::least_padded_dim({2, 7, 6}, 4), 1);    // 2x8x6 < 4x7x6 and 2x7x8
+  EXPECT_EQ(parallel::least_padded_dim({3, 2, 6}, 4), 0);    // 4x2x6 vs 3x4x6 vs 3x2x8: a tie
+  EXPECT_EQ(parallel::least_padded_dim({4, 512}, 8), 1);     // a router on 8 ranks
+  EXPECT_EQ(parallel::least_padded_dim({1, 64}, 1), 0);
+  EXPECT_EQ(parallel::least_padded_dim({3}, 2), 0);  // one dim: nothing else to shard
+  EXPECT_THROW(parallel::least_padded_dim({}, 2), Error);
 }
 
 // Every expert FSDP layout built under meta and materialised on 8 simulated ranks assembles

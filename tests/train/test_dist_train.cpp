@@ -291,7 +291,11 @@ TEST(DistTrain, CommReportShowsExpertPaddingAndExpertParallelAtItsBound) {
   const auto padded =
       comm_report_of("tp2_ep2_fsdp.yaml", {"train.steps=2", "parallel.expert_shard_dim=0"});
   const auto report = comm_report_of("tp2_ep2_fsdp.yaml", {"train.steps=2"});
-  if (report.is_null()) return;
+  // Without EP, on 8 ranks: the router [4, 64] and the experts [4, 64, 64] of the MoE block
+  // go on dim 1 too (4 rows over 8 ranks would pad to 8), so every FSDP group is at its bound.
+  const auto fsdp8 =
+      comm_report_of("tp2_ep2_fsdp.yaml", {"train.steps=2", "parallel.tp=1", "parallel.ep=1"});
+  if (report.is_null()) return;  // not rank 0
   for (const auto& rank : padded["ranks"])
     for (const char* op : {"all_gather_into_tensor", "reduce_scatter_tensor"}) {
       const auto* experts = find_group(rank, "fsdp layers.1.moe.experts", op);
@@ -314,6 +318,14 @@ TEST(DistTrain, CommReportShowsExpertPaddingAndExpertParallelAtItsBound) {
            "last three";
   }
   EXPECT_LE(report["worst_ratio"].get<double>(), 1.01);
+  int fsdp8_groups = 0;
+  for (const auto& rank : fsdp8["ranks"])
+    for (const auto& g : rank["groups"])
+      if (g["group"].get<std::string>().rfind("fsdp", 0) == 0) {
+        EXPECT_NEAR(g["ratio"].get<double>(), 1.0, 1e-9) << g["group"] << " " << g["op"];
+        ++fsdp8_groups;
+      }
+  EXPECT_EQ(fsdp8_groups, 8 * 3 * 2) << "8 ranks x 3 groups (2 blocks, root) x 2 ops";
 }
 
 // reshard_after_forward: true keeps the root and the last block unsharded after forward

@@ -16,10 +16,10 @@
 //     ep groups {0,1} {2,3} {4,5} {6,7} (here the tp groups), efsdp groups {0,2,4,6} {1,3,5,7}.
 //     With 4 experts, rank 5 (ep 1, efsdp 2) owns experts 2..3. Their 2 rows of dim 0 over
 //     4 efsdp ranks would be torch.chunk sizes 1,1,0,0 (padded to 4: twice the bytes), so
-//     expert_fsdp_shard_dim picks dim 1: w1 [4, 64, 64] is (Shard(1), Shard(0)) on the
-//     combined mesh (efsdp, ep) and rank 5 holds w1[2:4, 32:48, :]. Forced to dim 0
-//     (parallel.expert_shard_dim 0) it is (StridedShard(0, sf=2), Shard(0)) and rank 5 holds
-//     none. Each tp rank dispatches half of its data-parallel rank's tokens.
+//     the trainer shards them on dim 1 (parallel::least_padded_dim, as torchtitan does): w1 [4, 64,
+//     64] is (Shard(1), Shard(0)) on the combined mesh (efsdp, ep) and rank 5 holds w1[2:4, 32:48,
+//     :]. Forced to dim 0 (parallel.expert_shard_dim 0) it is (StridedShard(0, sf=2), Shard(0)) and
+//     rank 5 holds none. Each tp rank dispatches half of its data-parallel rank's tokens.
 //   expert_tp = 2: dp_shard d = r / 2 splits into efsdp = d / 2, ep = d % 2.
 //     ep groups (at one tp coordinate) {0,2} {1,3} {4,6} {5,7}; efsdp groups {0,4} {1,5}
 //     {2,6} {3,7}; rank 5's (ep, tp) mesh is {4,5,6,7}; w1's spec on (efsdp, ep, tp):
@@ -31,9 +31,7 @@
 // expert-FSDP mesh, so its gradients are summed there (reduce-scatter, HSDP all-reduce) and
 // divided by dp once: FSDPOptions::gradient_divide_factor = dp (an average over efsdp would
 // be off by dp_shard / efsdp, i.e. ep / tp or ep).
-#include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "hyperpar/mesh/device_mesh.h"
 
@@ -44,15 +42,6 @@ struct ExpertMeshes {
   mesh::DeviceMesh expert_dp;     // ["efsdp"] or ["dp_replicate", "efsdp"]
   double gradient_divide_factor;  // dp_replicate * dp_shard
 };
-
-/// The dim expert FSDP shards an expert weight on (torchtitan's shard_placement_fn for
-/// experts): dim 0 (experts) when the EP-local expert count divides by the expert-FSDP size
-/// `efsdp`; otherwise dim 1 if it divides (no padding), else whichever of the two pads less
-/// (dim 0 on a tie). Padding is what a rank's segment of every all-gather and reduce-scatter
-/// carries beyond its share: 2 local experts over 4 ranks pad to 4 (twice the bytes).
-///   expert_fsdp_shard_dim({2, 704, 512}, 4) -> 1     expert_fsdp_shard_dim({4, 704, 512}, 4) -> 0
-///   expert_fsdp_shard_dim({2, 7, 512}, 4) -> 1  (8 rows for 7, against 4 experts' for 2)
-int64_t expert_fsdp_shard_dim(const std::vector<int64_t>& ep_local_shape, int64_t efsdp);
 
 /// From a world mesh with dims ("dp_replicate", "dp_shard", "tp"); `ep` must divide
 /// dp_shard * tp (expert_tp 1) or dp_shard (expert_tp = tp). Host integers only: works under

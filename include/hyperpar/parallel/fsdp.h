@@ -17,7 +17,7 @@
 //   Experts w1 [2 local experts, 704, 512] over 4 shard ranks: dim 0 gives chunks of
 //   1, 1, 0, 0 experts, so every all-gather moves 4 experts' rows for 2 (twice the bound);
 //   shard_placement_fn -> 1 gives each rank [2, 176, 512] and no padding (torchtitan's
-//   choice for experts, parallel/expert_mesh.h: expert_fsdp_shard_dim).
+//   choice for experts; least_padded_dim below picks it; the trainer uses it for every group).
 //
 // Forward: the module's pre-forward hook unshards its group with ONE flat all-gather
 // (copy-in of every local shard, padded, cast to param_dtype; copy-out into per-parameter
@@ -145,6 +145,13 @@ class FSDPHandle {
  private:
   std::shared_ptr<FSDPGroup> group_;
 };
+
+/// The dim of a (TP-local) shape to shard over n ranks with the least padding: dim 0 when it
+/// divides by n (FSDP2's default), else the dim whose padded size (largest torch.chunk part x
+/// n x the other dims) is smallest, the lowest dim on a tie.
+///   least_padded_dim({2, 704, 512}, 4) -> 1     least_padded_dim({4, 704, 512}, 4) -> 0
+///   least_padded_dim({4, 512}, 8) -> 1 (a router)   least_padded_dim({3}, 2) -> 0
+int64_t least_padded_dim(const std::vector<int64_t>& shape, int64_t n);
 
 /// Finishes every reduce-scatter still in flight (after reduce_grad outside autograd).
 void wait_gradient_reductions();

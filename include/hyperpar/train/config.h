@@ -12,8 +12,9 @@
 //              too), prefetch,
 //              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
 //              expert_tp (1 | tp, see parallel/expert_mesh.h), expert_shard_dim (auto |
-//              0 | 1: the dim expert FSDP shards expert weights on; auto: dim 1 where the
-//              local experts do not divide over the expert-FSDP ranks, as torchtitan),
+//              0 | 1: the dim expert FSDP shards expert weights on; auto, as for every other
+//              parameter: dim 0 if it divides over the shard ranks, else the least padded
+//              dim (parallel::least_padded_dim): dim 1 for 2 local experts over 4 ranks),
 //              pp (pipeline stages' ranks, outermost mesh dim), pp_schedule (GPipe | 1F1B |
 //              Interleaved1F1B | InterleavedZeroBubble), pp_microbatches, pp_virtual_stages
 //              (stages per pp rank), pp_split ([first layer of each stage]; default even),
