@@ -63,6 +63,34 @@ TEST(FailureReport, KilledWorkerBeatsEarlierPeerErrors) {
   EXPECT_NE(text.find("stopped by the launcher: worker 0"), std::string::npos) << text;
 }
 
+TEST(FailureReport, SigkillFromOutsideIsTheCulpritEvenWhenReapedAfterTheStop) {
+  TempDir d;
+  // Under load worker 0 reports the broken connection and the launcher tells everyone to
+  // stop (SIGTERM) before worker 1's shim reaps its kill -9'd program: the SIGKILL came from
+  // outside, since neither the stop request nor the shim's escalation sent it.
+  error_record(d.path, 0, "peer", 100, "gloo collective failed: Connection closed by peer");
+  exit_record(d.path, 0, "exit", 1, 0, false, 110);
+  auto killed = [&](int rank, const char* escalated) {
+    rec::write(rec::path(d.path, rank, "exit"), {{"how", "signal"},
+                                                 {"code", "137"},
+                                                 {"signal", "9"},
+                                                 {"stopped", "1"},
+                                                 {"stop_signal", "15"},
+                                                 {"stop_time_ns", "120"},
+                                                 {"escalated", escalated},
+                                                 {"time_ns", "130"}});
+  };
+  killed(1, "0");
+  killed(2, "1");  // ignored SIGTERM for the whole grace period: its shim sent the SIGKILL
+  const auto rep = read_failure_report(d.path, 0, 3);
+  ASSERT_TRUE(rep.culprit);
+  EXPECT_EQ(rep.culprit->rank, 1);
+  EXPECT_EQ(rep.culprit->code, 137);
+  EXPECT_EQ(rep.workers[0].ending, Ending::kConsequence);
+  EXPECT_EQ(rep.workers[2].ending, Ending::kStopped);
+  EXPECT_NE(rep.text(d.path).find("worker 1 killed by SIGKILL; see"), std::string::npos);
+}
+
 TEST(FailureReport, EarliestOwnErrorWins) {
   TempDir d;
   error_record(d.path, 3, "error", 500, "all_reduce ... not contiguous");

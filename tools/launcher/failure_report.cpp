@@ -1,5 +1,7 @@
 #include "failure_report.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <sstream>
 
@@ -55,8 +57,16 @@ WorkerEnding classify(const std::string& log_dir, int rank) {
     w.description += ": " + get(err, "message");
     w.time_ns = err_time;
   }
+  // A SIGKILL that neither the stop request nor this shim's escalation sent came from outside
+  // (kill -9, the OOM killer): the worker's own failure even when its shim only reaped it
+  // after the stop request, as happens under load when a peer reports the broken connection
+  // first.
+  const bool killed_from_outside = get(ex, "how") == "signal" && sig == SIGKILL &&
+                                   to_i64(ex, "stop_signal") != SIGKILL &&
+                                   get(ex, "escalated") != "1";
   // An error reported before the worker was told to stop is its own; after, collateral.
-  const bool failed_before_stop = !err.empty() && (!stopped || err_time < stop_time);
+  const bool failed_before_stop =
+      killed_from_outside || (!err.empty() && (!stopped || err_time < stop_time));
   if (kind == "stopped") {
     w.ending = Ending::kStopped;  // stopped on request (preempted after saving)
   } else if (stopped && !failed_before_stop) {

@@ -192,6 +192,7 @@ int run_worker_shim(const ShimSpec& s) {
   bool reaped = false;
   int status = 0;
   int64_t stop_time = 0;
+  bool escalated = false;  // this shim sent the program SIGKILL after the grace period
   char buf[65536];
   while (!reaped || read_fd >= 0) {
     if (g_stop_signal && !kill_at) {
@@ -202,7 +203,10 @@ int run_worker_shim(const ShimSpec& s) {
       kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace * 1000));
       stop_time = record::now_ns();
     }
-    if (!reaped && kill_at && Clock::now() > *kill_at) kill(-pid, SIGKILL);
+    if (!reaped && kill_at && Clock::now() > *kill_at) {
+      kill(-pid, SIGKILL);
+      escalated = true;
+    }
     if (read_fd >= 0) {
       pollfd p{read_fd, POLLIN, 0};
       if (poll(&p, 1, 50) > 0) {
@@ -245,6 +249,7 @@ int run_worker_shim(const ShimSpec& s) {
                               {"stopped", stopped ? "1" : "0"},
                               {"stop_signal", std::to_string(g_stop_signal)},
                               {"stop_time_ns", std::to_string(stop_time)},
+                              {"escalated", escalated ? "1" : "0"},
                               {"time_ns", std::to_string(record::now_ns())}});
   std::string last =
       "hyperpar-run: worker " + rank +
