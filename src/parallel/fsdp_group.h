@@ -72,12 +72,38 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     return s;
   }
 
+  // Per-parameter collectives (FSDPOptions::collectives): where every parameter is split on
+  // dim 0 into equal chunks, rank r's chunk of a parameter is rows [r * n, (r + 1) * n) of
+  // the unsharded tensor, which is exactly where an all-gather of that parameter alone puts
+  // it and where a reduce-scatter of its gradient alone reads it. So each parameter is
+  // gathered straight into its unsharded storage and reduced straight from its gradient:
+  // no copy-out and no reduce copy-in (two passes over the unsharded group per gather, one
+  // per reduction), for one collective per parameter instead of one per group.
+  std::optional<bool> per_param_cache;
+  bool per_param() {
+    if (per_param_cache) return *per_param_cache;
+    bool even = post_forward_size() == dp && !params.empty();
+    for (size_t i = 0; i < params.size() && even; ++i)
+      even = dim[i] == 0 && !full_local[i].empty() && full_local[i][0] % dp == 0 &&
+             full_local[i][0] > 0;
+    per_param_cache = even && opts.collectives == FSDPCollectives::kPerParam;
+    stats.per_param_collectives = *per_param_cache;
+    return *per_param_cache;
+  }
+
   // A prefetched all-gather in flight: its buffers and the shards' versions when issued.
+  // Per parameter: one work per parameter, each writing dst[i] (fresh tensors for a
+  // forward, the freed unsharded storage for a refill).
   struct PendingGather {
-    comm::WorkHandle work;
+    std::vector<comm::WorkHandle> works;
     at::Tensor send, recv;
     std::vector<int64_t> versions;
     bool from_kept;
+    std::vector<at::Tensor> dst;
+    bool into_freed = false;
+    void wait() {
+      for (auto& w : works) w->wait();
+    }
   };
   // With reshard_to = k < dp: after forward this rank keeps the padded segments of dp / k
   // shard ranks (its position j = coord % k picks segments [j * dp/k, (j+1) * dp/k)), so
@@ -129,25 +155,67 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
           send.narrow(0, offset[i], shard.numel()).copy_(shard.detach().reshape({-1}));
       }
     }
+    if (!from_kept && per_param()) {
+      PendingGather pg{{}, send, at::Tensor(), shard_versions(), false, {}, freed};
+      for (size_t i = 0; i < params.size(); ++i) {
+        at::Tensor dst;
+        if (freed) {
+          // Backward refill: the storage saved tensors alias, regrown; written through a
+          // fresh alias so the autograd version counter is untouched.
+          at::Tensor& t = unsharded[i];
+          at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(),
+                                       t.numel() * t.element_size());
+          dst = at::from_blob(t.data_ptr(), t.sizes(), t.options());
+        } else {
+          dst = at::empty(full_local[i], at::TensorOptions().dtype(opts.param_dtype));
+        }
+        const int64_t n = params[i]->data.numel();
+        pg.works.push_back(group->all_gather_into_tensor(
+            dst.view({-1}), send.narrow(0, offset[i], n), {tag, true}));
+        pg.dst.push_back(dst);
+      }
+      ++stats.all_gathers;
+      pending = std::move(pg);
+      return;
+    }
     at::Tensor recv = reused(gather_recv, dp * segment, opts.param_dtype);
     auto work = group->all_gather_into_tensor(recv, send, {tag, true});
     ++stats.all_gathers;
     if (from_kept) ++stats.post_forward_group_gathers;
-    pending = PendingGather{work, send, recv, shard_versions(), from_kept};
+    pending = PendingGather{{work}, send, recv, shard_versions(), from_kept, {}, false};
+  }
+
+  // Per parameter: waits for the gather (prefetched if still current, else issued now)
+  // and returns the tensors it wrote.
+  std::vector<at::Tensor> gather_per_param() {
+    if (pending) {
+      pending->wait();
+      if (pending->versions == shard_versions() && !pending->from_kept &&
+          pending->into_freed == freed && !pending->dst.empty())
+        ++stats.prefetched;
+      else
+        pending.reset();
+    }
+    if (!pending) begin_gather();
+    pending->wait();
+    auto dst = std::move(pending->dst);
+    pending.reset();
+    return dst;
   }
 
   // The gathered [dp * segment] buffer: the prefetched one if it is still current (no shard
   // changed since it was issued, e.g. by an optimizer step), else a fresh all-gather.
   at::Tensor gather_flat(bool from_kept = false) {
     if (pending) {
-      pending->work->wait();
-      if (pending->versions == shard_versions() && pending->from_kept == from_kept)
+      pending->wait();
+      if (pending->versions == shard_versions() && pending->from_kept == from_kept &&
+          pending->dst.empty())
         ++stats.prefetched;
       else
         pending.reset();  // stale: a shard was updated after it was issued
     }
     if (!pending) begin_gather(from_kept);
-    pending->work->wait();
+    pending->wait();
     at::Tensor flat = pending->recv;
     pending.reset();
     return flat;
@@ -173,6 +241,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   }
 
   std::vector<at::Tensor> unshard_new() {
+    if (per_param()) return gather_per_param();
     at::Tensor flat = gather_flat();
     profile::Span span("fsdp", [&] { return "copy-out " + traffic_scope; });
     std::vector<at::Tensor> out;
@@ -213,6 +282,11 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   // so the autograd version counter is untouched.
   void refill() {
     if (!freed) return;
+    if (per_param()) {
+      gather_per_param();
+      freed = false;
+      return;
+    }
     at::Tensor flat = gather_flat(kept.defined());
     profile::Span span("fsdp", [&] { return "copy-out (refill) " + traffic_scope; });
     kept = at::Tensor();
@@ -254,6 +328,16 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     held = false;
   }
 
+  // An issued reduce-scatter: waited on when the next group reduces or backward ends; then
+  // the HSDP all-reduce, the divide factor, and the sharded gradients written (added to any
+  // gradient already there, as autograd accumulation would).
+  struct PendingReduce {
+    std::vector<comm::WorkHandle> works;
+    at::Tensor send, recv;
+    std::vector<at::Tensor> grads;  // per parameter: the unsharded gradients being reduced
+  };
+  std::optional<PendingReduce> pending_reduce;
+
   // The single gradient-reduction entry point: grads (any layout) -> sharded grads.
   // in_backward: called by autograd (the end-of-backward callback finishes what is in
   // flight); otherwise wait_gradient_reductions() does.
@@ -277,6 +361,21 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     // into this group's kept buffer (its own previous reduce-scatter is finished by now: at
     // the end of that backward; the check keeps it so).
     if (pending_reduce) finish_reduce();
+    if (per_param()) {
+      at::Tensor recv = reused(reduce_recv, segment, opts.reduce_dtype);
+      finish_all_reductions();  // at most one reduce-scatter in flight (bounds memory)
+      comm::TrafficScope scope(traffic_scope);
+      PendingReduce pr{{}, at::Tensor(), recv, {}};
+      for (size_t i = 0; i < params.size(); ++i) {
+        at::Tensor g = full[i].contiguous();
+        pr.works.push_back(shard_group->reduce_scatter_tensor(
+            recv.narrow(0, offset[i], params[i]->data.numel()), g, reduce_op(), {tag, true}));
+        pr.grads.push_back(g);
+      }
+      ++stats.reduce_scatters;
+      issued_reduce(std::move(pr), in_backward);
+      return out;
+    }
     std::optional<profile::Span> span(std::in_place, "fsdp",
                                       [&] { return "reduce copy-in " + traffic_scope; });
     at::Tensor send = reused(reduce_send, dp * segment, opts.reduce_dtype);
@@ -298,33 +397,28 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     comm::TrafficScope scope(traffic_scope);
     auto work = shard_group->reduce_scatter_tensor(recv, send, reduce_op(), {tag, true});
     ++stats.reduce_scatters;
-    pending_reduce = PendingReduce{work, send, recv};
+    issued_reduce(PendingReduce{{work}, send, recv, {}}, in_backward);
+    return out;  // undefined: finish_reduce writes the sharded gradients itself
+  }
+
+  void issued_reduce(PendingReduce pr, bool in_backward) {
+    pending_reduce = std::move(pr);
     in_flight().push_back(shared_from_this());
     // Whatever is still in flight when this backward ends is finished then (FSDP2's
     // post-backward callback), so the optimizer always sees complete gradients.
     if (in_backward)
       torch::autograd::Engine::get_default_engine().queue_callback([] { finish_all_reductions(); });
-    return out;  // undefined: finish_reduce writes the sharded gradients itself
   }
 
   comm::ReduceOp reduce_op() const {
     return opts.gradient_divide_factor ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg;
   }
 
-  // An issued reduce-scatter: waited on when the next group reduces or backward ends; then
-  // the HSDP all-reduce, the divide factor, and the sharded gradients written (added to any
-  // gradient already there, as autograd accumulation would).
-  struct PendingReduce {
-    comm::WorkHandle work;
-    at::Tensor send, recv;
-  };
-  std::optional<PendingReduce> pending_reduce;
-
   void finish_reduce() {
     if (!pending_reduce) return;
     PendingReduce pr = std::move(*pending_reduce);
     pending_reduce.reset();
-    pr.work->wait();
+    for (auto& w : pr.works) w->wait();
     profile::Span span("fsdp", [&] { return "reduce finish " + traffic_scope; });
     if (replicate_group) {
       comm::TrafficScope scope(traffic_scope);

@@ -74,6 +74,16 @@ std::map<std::string, Setter> setters() {
                         v);
     c.parallel.expert_shard_dim = v == "1" ? 1 : 0;
   };
+  m["parallel.fsdp_collectives"] = [](Config& c, const YAML::Node& n) {
+    const std::string key = "parallel.fsdp_collectives";
+    const std::string v = as<std::string>(n, key);
+    if (v == "per_group")
+      c.parallel.fsdp_collectives = parallel::FSDPCollectives::kPerGroup;
+    else if (v == "per_param")
+      c.parallel.fsdp_collectives = parallel::FSDPCollectives::kPerParam;
+    else
+      throw ConfigError("config: '" + key + "' must be per_param or per_group, got " + v);
+  };
   HP_INT(parallel, dp_shard, "parallel.dp_shard");
   HP_BOOL(parallel, init_on_meta, "parallel.init_on_meta");
   HP_BOOL(parallel, prefetch, "parallel.prefetch");

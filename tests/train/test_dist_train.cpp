@@ -94,6 +94,33 @@ TEST(DistTrain, Fsdp8NoReshard) {
       baseline(), 1e-5, "fsdp8");
 }
 
+// Per-parameter collectives (the default where every parameter splits evenly on dim 0)
+// and per-group ones move the same values: training is bit-identical, on a layout where
+// block groups go per parameter and the expert groups (dim 1, StridedShard) per group.
+TEST(DistTrain, PerParamAndPerGroupCollectivesTrainIdentically) {
+  train::ParallelModel per_param, per_group;
+  const std::vector<std::string> sets{"train.steps=6", "parallel.expert_tp=2",
+                                      "parallel.expert_shard_dim=1"};
+  auto with = [&](const char* v) {
+    auto s = sets;
+    s.push_back(std::string("parallel.fsdp_collectives=") + v);
+    return s;
+  };
+  const auto a = run("tp2_ep2_fsdp.yaml", with("per_param"), true, &per_param);
+  const auto b = run("tp2_ep2_fsdp.yaml", with("per_group"), true, &per_group);
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    EXPECT_EQ(a.losses[s], b.losses[s]) << "step " << s + 1;
+    EXPECT_EQ(a.grad_norms[s], b.grad_norms[s]) << "step " << s + 1;
+  }
+  for (const auto& [n, w] : a.weights) EXPECT_TRUE(at::equal(w, b.weights.at(n))) << n;
+  int direct = 0, flat = 0;
+  for (auto& h : per_param.fsdp) (h.stats().per_param_collectives ? direct : flat)++;
+  EXPECT_GT(direct, 0) << "no group went per parameter";
+  EXPECT_GT(flat, 0) << "the dim-1 expert groups must stay per group";
+  for (auto& h : per_group.fsdp) EXPECT_FALSE(h.stats().per_param_collectives) << h.fqns().front();
+}
+
 TEST(DistTrain, GradientAccumulationEqualsOneBigBatch) {
   expect_matches(
       run("tp2_ep2_fsdp.yaml",
@@ -200,7 +227,8 @@ TEST(DistTrain, FsdpAndExpertExchangeBuffersAreReusedAcrossSteps) {
     // Forward + refill every step for block 0; forward only for the kept groups.
     EXPECT_EQ(h.stats().all_gathers, (&h == &pm.fsdp.front() ? 2 * steps : steps) + eval_forwards)
         << h.fqns().front();
-    EXPECT_EQ(h.stats().buffer_allocations, 4) << h.fqns().front();
+    EXPECT_EQ(h.stats().buffer_allocations, h.stats().per_param_collectives ? 2 : 4)
+        << h.fqns().front();
   }
   int moe_layers = 0;
   for (auto& [fqn, m] : pm.model->named_modules()) {
@@ -248,7 +276,8 @@ const nlohmann::json* find_group(const nlohmann::json& rank, const std::string& 
 // FSDP group and every TP block moves exactly the least bytes its layout needs (the bounds
 // are derived independently in train/comm_report.cpp and parallel/fsdp.cpp from the config;
 // the bytes are counted at the Communicator), on every rank, and the counts are FSDP2's
-// (2 all-gathers and 1 reduce-scatter per group and step, 4 all-reduces per TP block).
+// (2 all-gathers and 1 reduce-scatter per group and step, each one per parameter here; 4
+// all-reduces per TP block).
 // With micro_batches = 2 every forward gathers again but gradients are reduced once.
 TEST(DistTrain, CommReportMeetsTheLayoutBounds) {
   for (int64_t micro : {1, 2}) {
@@ -273,8 +302,11 @@ TEST(DistTrain, CommReportMeetsTheLayoutBounds) {
       const auto* rs = find_group(rank, "fsdp layers.0", "reduce_scatter_tensor");
       const auto* tp = find_group(rank, "tp layers.1", "all_reduce");
       ASSERT_TRUE(ag && rs && tp);
-      EXPECT_EQ((*ag)["calls"].get<double>(), 2.0 * micro);
-      EXPECT_EQ((*rs)["calls"].get<double>(), 1.0);
+      // One collective per parameter of the block (2 norms, wq wk wv wo, w1 w2 w3), the
+      // default where all of them split evenly on dim 0 (FSDPCollectives::kPerParam).
+      const double params = 9;
+      EXPECT_EQ((*ag)["calls"].get<double>(), 2.0 * micro * params);
+      EXPECT_EQ((*rs)["calls"].get<double>(), 1.0 * params);
       EXPECT_EQ((*tp)["calls"].get<double>(), 4.0 * micro);
     }
   }

@@ -17,8 +17,9 @@
 //              dim (parallel::least_padded_dim): dim 1 for 2 local experts over 4 ranks),
 //              pp (pipeline stages' ranks, outermost mesh dim), pp_schedule (GPipe | 1F1B |
 //              Interleaved1F1B | InterleavedZeroBubble), pp_microbatches, pp_virtual_stages
-//              (stages per pp rank), pp_split ([first layer of each stage]; default even),
-//              activation_checkpoint (none | full | every:K | selective)}
+//              (stages per pp rank), fsdp_collectives (per_param | per_group:
+//              parallel/fsdp.h FSDPCollectives), pp_split ([first layer of each stage]; default
+//              even), activation_checkpoint (none | full | every:K | selective)}
 //   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
 //              weight_decay, grad_clip, seed, optimizer (adamw|sgd),
 //              eval_interval (0: no evaluation), eval_batches (2)}
@@ -40,6 +41,7 @@
 #include "hyperpar/data/data_loader.h"
 #include "hyperpar/models/transformer.h"
 #include "hyperpar/parallel/activation_checkpoint.h"
+#include "hyperpar/parallel/fsdp.h"
 #include "hyperpar/parallel/pipeline/schedules.h"
 
 namespace hyperpar::train {
@@ -57,6 +59,8 @@ struct ParallelConfig {
   int64_t reshard_to = 0;              // reshard_after_forward: k -> post-forward groups of k ranks
   bool reshard_root_and_last = false;  // reshard_after_forward: always
   bool prefetch = true;  // FSDP all-gather prefetch of the next group (forward, backward)
+  // FSDP collectives per group or per parameter (parallel/fsdp.h FSDPCollectives)
+  parallel::FSDPCollectives fsdp_collectives = parallel::FSDPCollectives::kPerParam;
   c10::ScalarType param_dtype = c10::kFloat, reduce_dtype = c10::kFloat;
   // Pipeline parallelism (parallel/pipeline/): world = pp x dp_replicate x dp_shard x tp.
   int64_t pp = 1, pp_microbatches = 1, pp_virtual_stages = 1;
