@@ -160,12 +160,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
       for (size_t i = 0; i < params.size(); ++i) {
         at::Tensor dst;
         if (freed) {
-          // Backward refill: the storage saved tensors alias, regrown; written through a
-          // fresh alias so the autograd version counter is untouched.
-          at::Tensor& t = unsharded[i];
-          at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(),
-                                       t.numel() * t.element_size());
-          dst = at::from_blob(t.data_ptr(), t.sizes(), t.options());
+          dst = regrown_alias(i);  // backward refill
         } else {
           dst = at::empty(full_local[i], at::TensorOptions().dtype(opts.param_dtype));
         }
@@ -278,8 +273,15 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     freed = true;
   }
 
-  // Refill freed storage in place (saved tensors alias it); written through a fresh alias
-  // so the autograd version counter is untouched.
+  // Param i's freed unsharded storage regrown in place (saved tensors alias it), as a fresh
+  // alias to write through, so the autograd version counter is untouched.
+  at::Tensor regrown_alias(size_t i) {
+    at::Tensor& t = unsharded[i];
+    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), t.numel() * t.element_size());
+    return at::from_blob(t.data_ptr(), t.sizes(), t.options());
+  }
+
+  // Refill freed storage in place.
   void refill() {
     if (!freed) return;
     if (per_param()) {
@@ -290,13 +292,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     at::Tensor flat = gather_flat(kept.defined());
     profile::Span span("fsdp", [&] { return "copy-out (refill) " + traffic_scope; });
     kept = at::Tensor();
-    for (size_t i = 0; i < params.size(); ++i) {
-      at::Tensor& t = unsharded[i];
-      at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(),
-                                   t.numel() * t.element_size());
-      at::Tensor alias = at::from_blob(t.data_ptr(), t.sizes(), t.options());
-      copy_out(flat, i, alias);
-    }
+    for (size_t i = 0; i < params.size(); ++i) copy_out(flat, i, regrown_alias(i));
     freed = false;
   }
 
