@@ -100,6 +100,39 @@ TEST(DistCollectives, AsyncWorkCompletes) {
   EXPECT_TRUE(works[0]->is_completed());
 }
 
+// Several all-gathers in flight on one group at once (FSDP issues one per parameter), one
+// of them empty, waited on in reverse order, with a user's tagged message between them: each
+// lands in its own output (gloo carries them as tagged point-to-point messages).
+TEST(DistCollectives, AllGathersInFlightTogetherLandInTheirOwnOutputs) {
+  auto tp = mesh24().get_group("tp");
+  const int64_t g = tp->rank(), n = tp->size();
+  std::vector<at::Tensor> outs;
+  std::vector<comm::WorkHandle> works;
+  for (int64_t len : {5, 0, 3000}) {
+    at::Tensor in = at::arange(len, at::kFloat) + 1000 * g + len;
+    outs.push_back(at::full({n * len}, -1.0, at::kFloat));
+    works.push_back(tp->all_gather_into_tensor(outs.back(), in, {"inflight", true}));
+  }
+  // A user's message with tag 0 between peers 0 <-> 1 of the group, while the gathers fly.
+  at::Tensor msg = at::full({4}, static_cast<double>(g), at::kFloat);
+  if (g < 2) {
+    comm::CollectiveOptions o{"user message", true, 0};
+    auto s = tp->send(msg, 1 - g, o);
+    at::Tensor got = at::empty({4});
+    tp->recv(got, 1 - g, o)->wait();
+    s->wait();
+    EXPECT_EQ(got[0].item<float>(), 1 - g);
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  const std::vector<int64_t> lens{5, 0, 3000};
+  for (size_t k = 0; k < lens.size(); ++k)
+    for (int64_t p = 0; p < n; ++p)
+      EXPECT_TRUE(outs[k]
+                      .narrow(0, p * lens[k], lens[k])
+                      .equal(at::arange(lens[k], at::kFloat) + 1000 * p + lens[k]))
+          << "gather " << k << " from group rank " << p;
+}
+
 TEST(DistCollectives, SynchronousContractErrorsThenGroupStillWorks) {
   auto tp = mesh24().get_group("tp");
   at::Tensor base = at::randn({4, 4});
