@@ -2,13 +2,16 @@
 
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
+#include "shm_ring.h"
 
 #ifdef HYPERPAR_HAVE_GLOO
 #include <ATen/ATen.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -224,6 +227,98 @@ class GlooSendWork final : public FinishingWork {
   c10::intrusive_ptr<c10d::Work> header_work_, payload_work_;
 };
 
+// An all-gather or sum reduce-scatter through the ranks' shared-memory rings (shm_ring.h).
+// Issued: this rank's contribution is in its ring (or, when the ring had no room, on its way
+// over TCP) and its note is published. Waited: each peer's contribution is read from that
+// peer's ring (or received over TCP) and marked read. A reduce-scatter adds the n
+// contributions to its chunk in rank order (deterministic, the same on every rank).
+class ShmCollectiveWork final : public FinishingWork {
+ public:
+  enum class Kind { kAllGather, kReduceScatter };
+  struct Op {
+    Kind kind;
+    at::Tensor out, in;  // all-gather: bytes of out / in; reduce-scatter: flat out / in
+    uint64_t seq;
+    int tag;  // of TCP payloads (when a ring had no room)
+  };
+  ShmCollectiveWork(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, ShmRing* ring, int64_t n,
+                    int64_t me, Op op, std::function<void()> on_done)
+      : FinishingWork(std::move(on_done)),
+        pg_(std::move(pg)),
+        ring_(ring),
+        n_(n),
+        me_(me),
+        op_(std::move(op)),
+        gather_(op_.kind == Kind::kAllGather),
+        chunk_(gather_ ? op_.in.numel() : op_.out.numel() * op_.out.element_size()) {
+    const int64_t mine = gather_ ? chunk_ : chunk_ * n_;  // bytes this rank contributes
+    const auto region = ring_->begin(op_.seq, static_cast<size_t>(mine));
+    if (region) {
+      std::memcpy(ring_->data(me_) + *region, op_.in.data_ptr(), static_cast<size_t>(mine));
+    } else {
+      const at::Tensor in_bytes = gather_ ? op_.in : op_.in.view(at::kByte);
+      for (int64_t p = 0; p < n_; ++p)
+        if (p != me_) {
+          std::vector<at::Tensor> t{gather_ ? in_bytes : in_bytes.narrow(0, p * chunk_, chunk_)};
+          sends_.push_back(pg_->send(t, static_cast<int>(p), op_.tag));
+        }
+    }
+    ring_->publish(op_.seq, region);
+    if (gather_) op_.out.narrow(0, me_ * chunk_, chunk_).copy_(op_.in);
+  }
+  ~ShmCollectiveWork() override { wait_unless_done(); }
+
+ private:
+  void backend_wait() override {
+    // float16/bfloat16 sums accumulate in float32, as a reduction over them would.
+    const auto dtype = op_.out.scalar_type();
+    const bool reduced = !gather_ && (dtype == at::kHalf || dtype == at::kBFloat16);
+    at::Tensor acc;
+    for (int64_t p = 0; p < n_; ++p) {
+      at::Tensor src;  // bytes: peer p's contribution to this rank, or this rank's own
+      bool in_ring = false;
+      if (p == me_) {
+        if (gather_) continue;
+        src = op_.in.view(at::kByte).narrow(0, me_ * chunk_, chunk_);
+      } else {
+        const auto note = ring_->wait_note(p, op_.seq);
+        in_ring = note.in_ring;
+        if (in_ring) {
+          src = at::from_blob(ring_->data(p) + note.offset + (gather_ ? 0 : me_ * chunk_), {chunk_},
+                              at::kByte);
+        } else {
+          src = gather_ ? op_.out.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
+          std::vector<at::Tensor> t{src};
+          C10dWork(pg_->recv(t, static_cast<int>(p), op_.tag), nullptr).wait();
+        }
+      }
+      if (gather_) {
+        if (in_ring) op_.out.narrow(0, p * chunk_, chunk_).copy_(src);
+      } else {
+        if (!acc.defined()) acc = reduced ? at::zeros(op_.out.sizes(), at::kFloat) : op_.out;
+        if (p == 0 && !reduced)
+          acc.copy_(src.view(dtype));
+        else
+          acc.add_(src.view(dtype));
+      }
+      if (p != me_) ring_->mark_read(p, op_.seq);
+    }
+    if (reduced) op_.out.copy_(acc);
+    for (auto& w : sends_) C10dWork(w, nullptr).wait();
+  }
+  bool backend_test() override {
+    // Completion needs this rank's own reads: done at wait().
+    return false;
+  }
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  ShmRing* ring_;
+  int64_t n_, me_;
+  Op op_;
+  bool gather_;
+  int64_t chunk_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends_;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const std::vector<int64_t>& ranks, int64_t global_rank, std::string label)
@@ -241,6 +336,27 @@ class GlooCommunicator final : public Communicator {
       throw Error(detail::concat("gloo backend: cannot create the communicator of ", this->label(),
                                  ": ", e.what()));
     }
+    if (size() > 1 && env_or("HYPERPAR_GLOO_SHM", "1") != "0") {
+      auto store = c10::make_intrusive<c10d::PrefixStore>(key.str() + "/shm", process_store());
+      const int64_t me = rank(), n = size();
+      auto exchange = [store, me, n](const std::string& mine, int round) {
+        const std::string base = "round" + std::to_string(round) + "/";
+        store->set(base + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
+        std::vector<std::string> all;
+        for (int64_t r = 0; r < n; ++r) {
+          const auto v = store->get(base + std::to_string(r));
+          all.emplace_back(v.begin(), v.end());
+        }
+        return all;
+      };
+      try {
+        const size_t bytes = std::stoull(env_or("HYPERPAR_GLOO_SHM_BYTES", "67108864"));
+        shm_ = std::make_unique<ShmRing>(exchange, n, me, bytes);
+      } catch (const std::exception& e) {
+        throw Error(detail::concat("gloo backend: cannot set up shared memory for ", this->label(),
+                                   ": ", e.what()));
+      }
+    }
   }
   const char* backend_name() const override { return "gloo"; }
 
@@ -254,6 +370,11 @@ class GlooCommunicator final : public Communicator {
     const at::Tensor i = bytes_of(in), o = bytes_of(out);
     const int64_t n = size(), me = rank(), chunk = i.numel();
     const int tag = next_collective_tag();
+    if (shm_ && shm_->enabled() && chunk > 0)
+      return std::make_shared<ShmCollectiveWork>(
+          pg_, shm_.get(), n, me,
+          ShmCollectiveWork::Op{ShmCollectiveWork::Kind::kAllGather, o, i, shm_ops_++, tag},
+          nullptr);
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int64_t k = 1; k < n && chunk > 0; ++k) {  // nothing to send for empty chunks
       const int64_t to = (me + k) % n, from = (me + n - k) % n;
@@ -275,6 +396,12 @@ class GlooCommunicator final : public Communicator {
       o.reduceOp = c10d_op(op);
       return wrap(pg_->_reduce_scatter_base(flat_out, flat_in, o), {});
     }
+    if (shm_ && shm_->enabled() && flat_out.numel() > 0)
+      return std::make_shared<ShmCollectiveWork>(
+          pg_, shm_.get(), size(), rank(),
+          ShmCollectiveWork::Op{ShmCollectiveWork::Kind::kReduceScatter, flat_out, flat_in,
+                                shm_ops_++, next_collective_tag()},
+          divide_if_avg(op, out));
     at::Tensor chunks = at::empty_like(flat_in);
     at::Tensor c = bytes_of(chunks), i = bytes_of(flat_in);
     auto divide = divide_if_avg(op, out);
@@ -335,6 +462,12 @@ class GlooCommunicator final : public Communicator {
     constexpr int kFirst = 1 << 25, kCount = 1 << 30;
     return kFirst + static_cast<int>(collective_calls_++ % kCount);
   }
+  // Shared-memory rings of this group's ranks (shm_ring.h): all-gathers and sum
+  // reduce-scatters whose ranks share a host move their data by one copy between processes,
+  // not through TCP. HYPERPAR_GLOO_SHM=0 turns them off; HYPERPAR_GLOO_SHM_BYTES sets each
+  // rank's ring (default 64 MiB; an operation that finds no room goes over TCP).
+  std::unique_ptr<ShmRing> shm_;
+  uint64_t shm_ops_ = 0;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   int64_t collective_calls_ = 0;
 };

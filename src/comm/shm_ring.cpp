@@ -1,0 +1,209 @@
+#include "shm_ring.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "hyperpar/comm/watchdog.h"
+#include "hyperpar/core/error.h"
+
+namespace hyperpar::comm {
+namespace {
+
+// Hostname and boot id: two processes may share memory only when both are equal.
+std::string host_identity() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(name) + "/" + boot;
+}
+
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+long futex(uint32_t* word, int op, uint32_t val, const timespec* timeout) {
+  return syscall(SYS_futex, word, op, val, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+// One per operation slot, in the owner's segment; written by the owner (note) and by the
+// readers (reads).
+struct ShmRing::Slot {
+  uint64_t reads;    // peers done with this slot's operation (reset by the owner on reuse)
+  uint32_t ready;    // (uint32_t)(seq + 1) once the note is published: the futex word
+  uint32_t in_ring;  // the data is in the owner's ring (else it comes over the backend)
+  uint64_t offset;   // where in the owner's data area
+};
+
+ShmRing::ShmRing(const Exchange& exchange, int64_t size, int64_t rank, size_t capacity_bytes)
+    : size_(size), rank_(rank), capacity_(capacity_bytes) {
+  const size_t total = kHeaderBytes + capacity_;
+  fd_ = static_cast<int>(memfd_create("hyperpar-shm-ring", MFD_CLOEXEC));
+  if (fd_ >= 0 && ftruncate(fd_, static_cast<off_t>(total)) != 0) {
+    close(fd_);
+    fd_ = -1;
+  }
+  std::ostringstream me;
+  me << host_identity() << "\n" << getpid() << "\n" << fd_;
+  const auto all = exchange(me.str(), 0);
+  const std::string my_host = host_identity();
+  bool ok = true;
+  maps_.assign(static_cast<size_t>(size_), nullptr);
+  pids_.assign(static_cast<size_t>(size_), 0);
+  for (int64_t r = 0; r < size_ && ok; ++r) {
+    std::istringstream in(all[static_cast<size_t>(r)]);
+    std::string host;
+    int64_t pid = 0, fd = -1;
+    std::getline(in, host);
+    in >> pid >> fd;
+    pids_[static_cast<size_t>(r)] = pid;
+    if (host != my_host || fd < 0) {
+      ok = false;
+      disabled_reason_ = "rank " + std::to_string(r) + " is on another host or has no segment";
+      break;
+    }
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    const int f = r == rank_ ? fd_ : open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (f < 0) {
+      ok = false;
+      disabled_reason_ = "cannot open " + path + ": " + strerror(errno);
+      break;
+    }
+    void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    if (f != fd_) close(f);
+    if (m == MAP_FAILED) {
+      ok = false;
+      disabled_reason_ = "cannot map rank " + std::to_string(r) + "'s segment: " + strerror(errno);
+      break;
+    }
+    maps_[static_cast<size_t>(r)] = static_cast<char*>(m);
+  }
+  // Every rank must agree: one rank unable to map a peer disables the ring for all.
+  const auto oks = exchange(ok ? "1" : "0", 1);
+  for (size_t r = 0; r < oks.size() && ok; ++r)
+    if (oks[r] != "1") {
+      ok = false;
+      disabled_reason_ = "rank " + std::to_string(r) + " could not map every segment";
+    }
+  enabled_ = ok;
+  data_.assign(static_cast<size_t>(size_), nullptr);
+  for (size_t r = 0; r < maps_.size(); ++r)
+    if (maps_[r]) data_[r] = maps_[r] + kHeaderBytes;
+}
+
+ShmRing::~ShmRing() {
+  for (char* m : maps_)
+    if (m) munmap(m, kHeaderBytes + capacity_);
+  if (fd_ >= 0) close(fd_);
+}
+
+ShmRing::Slot* ShmRing::slot(int64_t owner, uint64_t seq) {
+  static_assert(sizeof(Slot) <= kSlotBytes, "a slot fits its cache line");
+  return reinterpret_cast<Slot*>(maps_[static_cast<size_t>(owner)] + (seq % kSlots) * kSlotBytes);
+}
+
+void ShmRing::reclaim() {
+  while (!live_.empty()) {
+    Slot* s = slot(rank_, live_.front().seq);
+    if (__atomic_load_n(&s->reads, __ATOMIC_ACQUIRE) != static_cast<uint64_t>(size_ - 1)) break;
+    __atomic_store_n(&s->reads, 0, __ATOMIC_RELAXED);
+    live_.pop_front();
+  }
+}
+
+std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
+  if (!enabled_) return std::nullopt;
+  reclaim();
+  // The note slot is shared with operation seq - kSlots: wait until every peer has read it
+  // (only when a peer is kSlots operations behind; never in practice).
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>((collective_timeout_s() + 60) * 1000));
+  while (!live_.empty() && seq - live_.front().seq >= kSlots) {
+    for (int64_t r = 0; r < size_; ++r)
+      if (r != rank_ && kill(static_cast<pid_t>(pids_[static_cast<size_t>(r)]), 0) != 0 &&
+          errno == ESRCH)
+        throw PeerError(detail::concat("shared-memory collective: rank ", r, " (pid ",
+                                       pids_[static_cast<size_t>(r)], ") exited"));
+    HP_CHECK(std::chrono::steady_clock::now() < deadline,
+             "shared-memory collective: a peer did not read operation ", live_.front().seq,
+             " within the collective timeout");
+    usleep(1000);
+    reclaim();
+  }
+  bytes = aligned(std::max<size_t>(bytes, 1));
+  const Live* oldest = nullptr;
+  for (const Live& l : live_)
+    if (l.in_ring) {
+      oldest = &l;
+      break;
+    }
+  std::optional<size_t> at;
+  if (!oldest) {
+    if (bytes <= capacity_) at = 0;
+  } else if (head_ > oldest->offset) {
+    if (capacity_ - head_ >= bytes)
+      at = head_;
+    else if (bytes < oldest->offset)
+      at = 0;  // wrap around
+  } else if (oldest->offset - head_ > bytes) {
+    at = head_;
+  }
+  if (at) head_ = *at + bytes;
+  live_.push_back({seq, at.has_value(), at.value_or(0), bytes});
+  return at;
+}
+
+void ShmRing::publish(uint64_t seq, const std::optional<size_t>& region) {
+  Slot* s = slot(rank_, seq);
+  s->in_ring = region ? 1 : 0;
+  s->offset = region.value_or(0);
+  __atomic_store_n(&s->ready, static_cast<uint32_t>(seq + 1), __ATOMIC_RELEASE);
+  futex(&s->ready, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void ShmRing::wait_until(int64_t owner, uint32_t* word, uint32_t want, const char* what) {
+  for (int i = 0; i < 64; ++i) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == want) return;
+    __builtin_ia32_pause();
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>((collective_timeout_s() + 60) * 1000));
+  const timespec tick{0, 50 * 1000 * 1000};
+  while (true) {
+    const uint32_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    if (now == want) return;
+    if (futex(word, FUTEX_WAIT, now, &tick) == 0 || errno != ETIMEDOUT) continue;
+    const pid_t pid = static_cast<pid_t>(pids_[static_cast<size_t>(owner)]);
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+      throw PeerError(detail::concat("shared-memory collective: rank ", owner, " (pid ", pid,
+                                     ") exited while this rank waited for its ", what));
+    HP_CHECK(std::chrono::steady_clock::now() < deadline, "shared-memory collective: rank ", owner,
+             " did not publish its ", what, " within the collective timeout");
+  }
+}
+
+ShmRing::Note ShmRing::wait_note(int64_t owner, uint64_t seq) {
+  Slot* s = slot(owner, seq);
+  wait_until(owner, &s->ready, static_cast<uint32_t>(seq + 1), "data");
+  return Note{s->in_ring != 0, static_cast<size_t>(s->offset)};
+}
+
+void ShmRing::mark_read(int64_t owner, uint64_t seq) {
+  __atomic_fetch_add(&slot(owner, seq)->reads, 1, __ATOMIC_RELEASE);
+}
+
+}  // namespace hyperpar::comm
