@@ -227,17 +227,20 @@ class GlooSendWork final : public FinishingWork {
   c10::intrusive_ptr<c10d::Work> header_work_, payload_work_;
 };
 
-// An all-gather or sum reduce-scatter through the ranks' shared-memory rings (shm_ring.h).
-// Issued: this rank's contribution is in its ring (or, when the ring had no room, on its way
-// over TCP) and its note is published. Waited: each peer's contribution is read from that
-// peer's ring (or received over TCP) and marked read. A reduce-scatter adds the n
-// contributions to its chunk in rank order (deterministic, the same on every rank).
+// An all-gather, sum reduce-scatter or sum all-reduce through the ranks' shared-memory rings
+// (shm_ring.h). Issued: this rank's contribution is in its ring (or, when the ring had no
+// room, on its way over TCP) and its note is published. Waited: each peer's contribution is
+// read from that peer's ring (or received over TCP) and marked read. Reductions add the n
+// contributions in rank order: deterministic, and an all-reduce's result is bitwise the same
+// on every rank.
 class ShmCollectiveWork final : public FinishingWork {
  public:
-  enum class Kind { kAllGather, kReduceScatter };
+  enum class Kind { kAllGather, kReduceScatter, kAllReduce };
   struct Op {
     Kind kind;
-    at::Tensor out, in;  // all-gather: bytes of out / in; reduce-scatter: flat out / in
+    // all-gather: bytes of out / in; reduce-scatter: flat out / in; all-reduce: the flat
+    // tensor, both.
+    at::Tensor out, in;
     uint64_t seq;
     int tag;  // of TCP payloads (when a ring had no room)
   };
@@ -251,7 +254,8 @@ class ShmCollectiveWork final : public FinishingWork {
         op_(std::move(op)),
         gather_(op_.kind == Kind::kAllGather),
         chunk_(gather_ ? op_.in.numel() : op_.out.numel() * op_.out.element_size()) {
-    const int64_t mine = gather_ ? chunk_ : chunk_ * n_;  // bytes this rank contributes
+    // Bytes this rank contributes, and where in them the part for rank p starts.
+    const int64_t mine = op_.kind == Kind::kReduceScatter ? chunk_ * n_ : chunk_;
     const auto region = ring_->begin(op_.seq, static_cast<size_t>(mine));
     if (region) {
       std::memcpy(ring_->data(me_) + *region, op_.in.data_ptr(), static_cast<size_t>(mine));
@@ -259,7 +263,7 @@ class ShmCollectiveWork final : public FinishingWork {
       const at::Tensor in_bytes = gather_ ? op_.in : op_.in.view(at::kByte);
       for (int64_t p = 0; p < n_; ++p)
         if (p != me_) {
-          std::vector<at::Tensor> t{gather_ ? in_bytes : in_bytes.narrow(0, p * chunk_, chunk_)};
+          std::vector<at::Tensor> t{in_bytes.narrow(0, part(p), chunk_)};
           sends_.push_back(pg_->send(t, static_cast<int>(p), op_.tag));
         }
     }
@@ -269,23 +273,30 @@ class ShmCollectiveWork final : public FinishingWork {
   ~ShmCollectiveWork() override { wait_unless_done(); }
 
  private:
+  // Where the bytes for rank p start in a contribution.
+  int64_t part(int64_t p) const { return op_.kind == Kind::kReduceScatter ? p * chunk_ : 0; }
+
   void backend_wait() override {
-    // float16/bfloat16 sums accumulate in float32, as a reduction over them would.
+    // float16/bfloat16 sums accumulate in float32, as a reduction over them would. An
+    // all-reduce sums beside its tensor, which holds this rank's contribution until the end.
     const auto dtype = op_.out.scalar_type();
     const bool reduced = !gather_ && (dtype == at::kHalf || dtype == at::kBFloat16);
     at::Tensor acc;
+    if (op_.kind == Kind::kReduceScatter && !reduced)
+      acc = op_.out;
+    else if (!gather_)
+      acc = at::empty(op_.out.sizes(), reduced ? at::kFloat : dtype);
     for (int64_t p = 0; p < n_; ++p) {
       at::Tensor src;  // bytes: peer p's contribution to this rank, or this rank's own
       bool in_ring = false;
       if (p == me_) {
         if (gather_) continue;
-        src = op_.in.view(at::kByte).narrow(0, me_ * chunk_, chunk_);
+        src = op_.in.view(at::kByte).narrow(0, part(me_), chunk_);
       } else {
         const auto note = ring_->wait_note(p, op_.seq);
         in_ring = note.in_ring;
         if (in_ring) {
-          src = at::from_blob(ring_->data(p) + note.offset + (gather_ ? 0 : me_ * chunk_), {chunk_},
-                              at::kByte);
+          src = at::from_blob(ring_->data(p) + note.offset + part(me_), {chunk_}, at::kByte);
         } else {
           src = gather_ ? op_.out.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
           std::vector<at::Tensor> t{src};
@@ -294,17 +305,15 @@ class ShmCollectiveWork final : public FinishingWork {
       }
       if (gather_) {
         if (in_ring) op_.out.narrow(0, p * chunk_, chunk_).copy_(src);
+      } else if (p == 0) {
+        acc.copy_(src.view(dtype));
       } else {
-        if (!acc.defined()) acc = reduced ? at::zeros(op_.out.sizes(), at::kFloat) : op_.out;
-        if (p == 0 && !reduced)
-          acc.copy_(src.view(dtype));
-        else
-          acc.add_(src.view(dtype));
+        acc.add_(src.view(dtype));
       }
       if (p != me_) ring_->mark_read(p, op_.seq);
     }
-    if (reduced) op_.out.copy_(acc);
-    for (auto& w : sends_) C10dWork(w, nullptr).wait();
+    for (auto& w : sends_) C10dWork(w, nullptr).wait();  // before an all-reduce overwrites
+    if (acc.defined() && !acc.is_same(op_.out)) op_.out.copy_(acc);
   }
   bool backend_test() override {
     // Completion needs this rank's own reads: done at wait().
@@ -414,6 +423,19 @@ class GlooCommunicator final : public Communicator {
   }
   WorkHandle do_all_reduce(at::Tensor t, ReduceOp op, bool) override {
     check_reducible(t, "all_reduce");
+    // Sum/avg through shared memory when each rank reading every peer's whole tensor stays
+    // cheap: few ranks (TP groups) or small tensors; else gloo's ring. The choice depends
+    // only on the call, so every rank makes the same.
+    const bool shm_sized = size() <= 4 || t.numel() * t.element_size() <= (int64_t{256} << 10);
+    if (shm_ && shm_->enabled() && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+        t.numel() > 0 && shm_sized) {
+      at::Tensor flat = t.view({-1});
+      return std::make_shared<ShmCollectiveWork>(
+          pg_, shm_.get(), size(), rank(),
+          ShmCollectiveWork::Op{ShmCollectiveWork::Kind::kAllReduce, flat, flat, shm_ops_++,
+                                next_collective_tag()},
+          divide_if_avg(op, t));
+    }
     c10d::AllreduceOptions o;
     o.reduceOp = c10d_op(op);
     std::vector<at::Tensor> ts{t.view({-1})};

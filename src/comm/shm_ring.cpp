@@ -32,6 +32,19 @@ std::string host_identity() {
 
 size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+// How long a wait in the ring may take: as long as gloo's own collectives (longer than the
+// watchdog's timeout, so that the watchdog, which names the operation, reports first).
+std::chrono::steady_clock::time_point wait_deadline() {
+  return std::chrono::steady_clock::now() +
+         std::chrono::milliseconds(static_cast<int64_t>((collective_timeout_s() + 60) * 1000));
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 long futex(uint32_t* word, int op, uint32_t val, const timespec* timeout) {
   return syscall(SYS_futex, word, op, val, timeout, nullptr, 0);
 }
@@ -128,9 +141,7 @@ std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
   reclaim();
   // The note slot is shared with operation seq - kSlots: wait until every peer has read it
   // (only when a peer is kSlots operations behind; never in practice).
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>((collective_timeout_s() + 60) * 1000));
+  const auto deadline = wait_deadline();
   while (!live_.empty() && seq - live_.front().seq >= kSlots) {
     for (int64_t r = 0; r < size_; ++r)
       if (r != rank_ && kill(static_cast<pid_t>(pids_[static_cast<size_t>(r)]), 0) != 0 &&
@@ -177,11 +188,9 @@ void ShmRing::publish(uint64_t seq, const std::optional<size_t>& region) {
 void ShmRing::wait_until(int64_t owner, uint32_t* word, uint32_t want, const char* what) {
   for (int i = 0; i < 64; ++i) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == want) return;
-    __builtin_ia32_pause();
+    cpu_relax();
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>((collective_timeout_s() + 60) * 1000));
+  const auto deadline = wait_deadline();
   const timespec tick{0, 50 * 1000 * 1000};
   while (true) {
     const uint32_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
