@@ -133,6 +133,25 @@ TEST(DistCollectives, AllGathersInFlightTogetherLandInTheirOwnOutputs) {
           << "gather " << k << " from group rank " << p;
 }
 
+// A sum all-reduce of different random floats gives every rank of the group bitwise the same
+// result (TP ranks must hold identical replicas), on both the 4-rank tp groups and the
+// 8-rank world, large enough that gloo sums some in shared memory and some with its ring.
+TEST(DistCollectives, SumAllReduceIsBitwiseTheSameOnEveryRank) {
+  auto m = mesh24();
+  for (auto group : {m.get_group("tp"), world()->group({0, 1, 2, 3, 4, 5, 6, 7}, "world")}) {
+    for (int64_t numel : {int64_t{1000}, int64_t{300000}}) {
+      at::manual_seed(1234 + world()->rank());
+      at::Tensor t = at::randn({numel});
+      group->all_reduce(t, ReduceOp::kSum);
+      at::Tensor all = at::empty({group->size(), numel});
+      group->all_gather_into_tensor(all, t);
+      for (int64_t r = 1; r < group->size(); ++r)
+        EXPECT_TRUE(all[r].equal(all[0])) << "group " << group->label() << ", " << numel
+                                          << " elements: rank " << r << " differs from rank 0";
+    }
+  }
+}
+
 TEST(DistCollectives, SynchronousContractErrorsThenGroupStillWorks) {
   auto tp = mesh24().get_group("tp");
   at::Tensor base = at::randn({4, 4});
