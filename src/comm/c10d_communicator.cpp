@@ -378,12 +378,9 @@ class GlooCommunicator final : public Communicator {
   WorkHandle do_all_gather(at::Tensor out, at::Tensor in, bool) override {
     const at::Tensor i = bytes_of(in), o = bytes_of(out);
     const int64_t n = size(), me = rank(), chunk = i.numel();
-    const int tag = next_collective_tag();
-    if (shm_ && shm_->enabled() && chunk > 0)
-      return std::make_shared<ShmCollectiveWork>(
-          pg_, shm_.get(), n, me,
-          ShmCollectiveWork::Op{ShmCollectiveWork::Kind::kAllGather, o, i, shm_ops_++, tag},
-          nullptr);
+    if (shm_enabled() && chunk > 0)
+      return shm_work(ShmCollectiveWork::Kind::kAllGather, o, i, nullptr);
+    const int tag = call_tag(next_call());
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int64_t k = 1; k < n && chunk > 0; ++k) {  // nothing to send for empty chunks
       const int64_t to = (me + k) % n, from = (me + n - k) % n;
@@ -405,12 +402,9 @@ class GlooCommunicator final : public Communicator {
       o.reduceOp = c10d_op(op);
       return wrap(pg_->_reduce_scatter_base(flat_out, flat_in, o), {});
     }
-    if (shm_ && shm_->enabled() && flat_out.numel() > 0)
-      return std::make_shared<ShmCollectiveWork>(
-          pg_, shm_.get(), size(), rank(),
-          ShmCollectiveWork::Op{ShmCollectiveWork::Kind::kReduceScatter, flat_out, flat_in,
-                                shm_ops_++, next_collective_tag()},
-          divide_if_avg(op, out));
+    if (shm_enabled() && flat_out.numel() > 0)
+      return shm_work(ShmCollectiveWork::Kind::kReduceScatter, flat_out, flat_in,
+                      divide_if_avg(op, out));
     at::Tensor chunks = at::empty_like(flat_in);
     at::Tensor c = bytes_of(chunks), i = bytes_of(flat_in);
     auto divide = divide_if_avg(op, out);
@@ -427,15 +421,10 @@ class GlooCommunicator final : public Communicator {
     // cheap: few ranks (TP groups) or small tensors; else gloo's ring. The choice depends
     // only on the call, so every rank makes the same.
     const bool shm_sized = size() <= 4 || t.numel() * t.element_size() <= (int64_t{256} << 10);
-    if (shm_ && shm_->enabled() && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
-        t.numel() > 0 && shm_sized) {
-      at::Tensor flat = t.view({-1});
-      return std::make_shared<ShmCollectiveWork>(
-          pg_, shm_.get(), size(), rank(),
-          ShmCollectiveWork::Op{ShmCollectiveWork::Kind::kAllReduce, flat, flat, shm_ops_++,
-                                next_collective_tag()},
-          divide_if_avg(op, t));
-    }
+    if (shm_enabled() && (op == ReduceOp::kSum || op == ReduceOp::kAvg) && t.numel() > 0 &&
+        shm_sized)
+      return shm_work(ShmCollectiveWork::Kind::kAllReduce, t.view({-1}), t.view({-1}),
+                      divide_if_avg(op, t));
     c10d::AllreduceOptions o;
     o.reduceOp = c10d_op(op);
     std::vector<at::Tensor> ts{t.view({-1})};
@@ -477,21 +466,31 @@ class GlooCommunicator final : public Communicator {
   static WorkHandle wrap(c10::intrusive_ptr<c10d::Work> w, std::function<void()> on_done) {
     return std::make_shared<C10dWork>(std::move(w), std::move(on_done));
   }
-  // Message tags of collectives made of point-to-point messages: above the users' (a message
-  // tag t < 2^24 travels as 2t and 2t + 1, see GlooRecvWork), one per call; every rank of the
-  // group makes the same calls in the same order, so they agree.
-  int next_collective_tag() {
-    constexpr int kFirst = 1 << 25, kCount = 1 << 30;
-    return kFirst + static_cast<int>(collective_calls_++ % kCount);
+  // Collectives made of point-to-point messages or going through the shared-memory rings
+  // number their calls: every rank of the group makes the same calls in the same order, so
+  // the numbers agree. A call's number is its ring operation and gives its message tag,
+  // above the users' (a message tag t < 2^24 travels as 2t and 2t + 1, see GlooRecvWork).
+  uint64_t next_call() { return collective_calls_++; }
+  static int call_tag(uint64_t call) {
+    constexpr uint64_t kFirst = 1 << 25, kCount = 1 << 30;
+    return static_cast<int>(kFirst + call % kCount);
   }
-  // Shared-memory rings of this group's ranks (shm_ring.h): all-gathers and sum
-  // reduce-scatters whose ranks share a host move their data by one copy between processes,
-  // not through TCP. HYPERPAR_GLOO_SHM=0 turns them off; HYPERPAR_GLOO_SHM_BYTES sets each
-  // rank's ring (default 64 MiB; an operation that finds no room goes over TCP).
+  // Shared-memory rings of this group's ranks (shm_ring.h): all-gathers, sum reduce-scatters
+  // and sum all-reduces whose ranks share a host move their data by one copy between
+  // processes, not through TCP. HYPERPAR_GLOO_SHM=0 turns them off; HYPERPAR_GLOO_SHM_BYTES
+  // sets each rank's ring (default 64 MiB; an operation that finds no room goes over TCP).
   std::unique_ptr<ShmRing> shm_;
-  uint64_t shm_ops_ = 0;
+  bool shm_enabled() const { return shm_ && shm_->enabled(); }
+  WorkHandle shm_work(ShmCollectiveWork::Kind kind, at::Tensor out, at::Tensor in,
+                      std::function<void()> on_done) {
+    const uint64_t call = next_call();
+    return std::make_shared<ShmCollectiveWork>(
+        pg_, shm_.get(), size(), rank(),
+        ShmCollectiveWork::Op{kind, std::move(out), std::move(in), call, call_tag(call)},
+        std::move(on_done));
+  }
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
-  int64_t collective_calls_ = 0;
+  uint64_t collective_calls_ = 0;
 };
 
 }  // namespace

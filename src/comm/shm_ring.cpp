@@ -173,7 +173,7 @@ std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
     at = head_;
   }
   if (at) head_ = *at + bytes;
-  live_.push_back({seq, at.has_value(), at.value_or(0), bytes});
+  live_.push_back({seq, at.has_value(), at.value_or(0)});
   return at;
 }
 

@@ -85,7 +85,7 @@ class ShmRing {
   struct Live {
     uint64_t seq;
     bool in_ring;
-    size_t offset, bytes;
+    size_t offset;
   };
   std::deque<Live> live_;  // operations whose notes peers may still read, oldest first
   size_t head_ = 0;        // next free offset of the ring
