@@ -7,12 +7,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
@@ -128,12 +130,19 @@ ShmRing::Slot* ShmRing::slot(int64_t owner, uint64_t seq) {
 }
 
 void ShmRing::reclaim() {
-  while (!live_.empty()) {
-    Slot* s = slot(rank_, live_.front().seq);
-    if (__atomic_load_n(&s->reads, __ATOMIC_ACQUIRE) != static_cast<uint64_t>(size_ - 1)) break;
-    __atomic_store_n(&s->reads, 0, __ATOMIC_RELAXED);
-    live_.pop_front();
-  }
+  // Any region every peer has read, not only the oldest: a slow reader of one operation
+  // must not pin the (lower) regions of later ones that are already read. The note slot of
+  // an operation is only reused kSlots operations later, after it is reclaimed (begin).
+  const uint64_t all = static_cast<uint64_t>(size_ - 1);
+  live_.erase(std::remove_if(live_.begin(), live_.end(),
+                             [&](const Live& l) {
+                               Slot* s = slot(rank_, l.seq);
+                               if (__atomic_load_n(&s->reads, __ATOMIC_ACQUIRE) != all)
+                                 return false;
+                               __atomic_store_n(&s->reads, 0, __ATOMIC_RELAXED);
+                               return true;
+                             }),
+              live_.end());
 }
 
 std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
@@ -155,25 +164,22 @@ std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
     reclaim();
   }
   bytes = aligned(std::max<size_t>(bytes, 1));
-  const Live* oldest = nullptr;
+  // The lowest free gap that fits, between the regions still being read. Regions are
+  // reclaimed oldest first but placed lowest first, so the pages in use (counted in every
+  // reader's RSS, and in the caches) stay about what is in flight instead of sweeping the
+  // whole capacity as a plain ring would.
+  std::vector<std::pair<size_t, size_t>> used;  // [begin, end) of live regions
   for (const Live& l : live_)
-    if (l.in_ring) {
-      oldest = &l;
-      break;
-    }
+    if (l.in_ring) used.emplace_back(l.offset, l.offset + l.bytes);
+  std::sort(used.begin(), used.end());
   std::optional<size_t> at;
-  if (!oldest) {
-    if (bytes <= capacity_) at = 0;
-  } else if (head_ > oldest->offset) {
-    if (capacity_ - head_ >= bytes)
-      at = head_;
-    else if (bytes < oldest->offset)
-      at = 0;  // wrap around
-  } else if (oldest->offset - head_ > bytes) {
-    at = head_;
+  size_t gap = 0;  // regions are disjoint: sorted by start, each starts at or after gap
+  for (const auto& [b, e] : used) {
+    if (b - gap >= bytes) break;
+    gap = e;
   }
-  if (at) head_ = *at + bytes;
-  live_.push_back({seq, at.has_value(), at.value_or(0)});
+  if (capacity_ >= gap && capacity_ - gap >= bytes) at = gap;
+  live_.push_back({seq, at.has_value(), at.value_or(0), bytes});
   return at;
 }
 

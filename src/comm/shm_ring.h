@@ -6,9 +6,10 @@
 //
 // Every operation has a sequence number, the same on every rank of the group. For it, each
 // rank publishes a note in its own segment: where in its segment's data area it wrote what
-// it contributes (begin() hands out a region of a ring, oldest reclaimed first), or that the
-// ring had no room and the data goes over the backend instead; begin() never waits for ring
-// space, so a rank never blocks on a peer that has not yet read. A peer waits for the note
+// it contributes (begin() hands out the lowest free region of its data area that fits, so the
+// pages in use stay about what is in flight), or that there was no room and the data goes
+// over the backend instead; begin() never waits for space, so a rank never blocks on a peer
+// that has not yet read. A peer waits for the note
 // (a futex on the shared word: no busy wait, and a peer that exited is detected by its pid),
 // reads the data from its mapping and marks it read; once every peer has, the owner reuses
 // the region and the note's slot.
@@ -50,8 +51,9 @@ class ShmRing {
   const std::string& disabled_reason() const { return disabled_reason_; }
   char* data(int64_t r) { return data_[static_cast<size_t>(r)]; }
 
-  /// Starts operation `seq` on this rank: the offset of a region of `bytes` in its data
-  /// area, or nothing when the ring has no room now. Waits only if the note slot of the
+  /// Starts operation `seq` on this rank: the offset of the lowest free region of `bytes`
+  /// in its data area (regions every peer has read are free again, in any order), or
+  /// nothing when none fits now. Waits only if the note slot of the
   /// operation kSlots earlier is still being read.
   std::optional<size_t> begin(uint64_t seq, size_t bytes);
   /// Publishes this rank's note for `seq` (its data is in place) and wakes waiting peers.
@@ -85,10 +87,9 @@ class ShmRing {
   struct Live {
     uint64_t seq;
     bool in_ring;
-    size_t offset;
+    size_t offset, bytes;
   };
   std::deque<Live> live_;  // operations whose notes peers may still read, oldest first
-  size_t head_ = 0;        // next free offset of the ring
 };
 
 }  // namespace hyperpar::comm

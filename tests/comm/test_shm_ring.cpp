@@ -1,8 +1,8 @@
 // ShmRing (src/comm/shm_ring.h) in one process: two ranks on two threads, each with its own
-// segment mapped by both. Regions are handed out from a ring and reused only once the peer
-// has read them; an operation that finds no room gets none (its data would go over TCP); a
-// note published later wakes a waiting reader; ranks that are not all on one host disable
-// the ring on every rank.
+// segment mapped by both. Regions are handed out lowest free gap first and reused only once
+// the peer has read them, in any order; an operation that finds no room gets none (its data
+// would go over TCP); a note published later wakes a waiting reader; ranks that are not all
+// on one host disable the ring on every rank.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -105,7 +105,7 @@ TEST(ShmRing, NoRoomGivesNoRegionAndTheNoteSaysSo) {
   EXPECT_EQ(*c, 0u);
 }
 
-TEST(ShmRing, RegionsWrapAroundPastTheOldestUnreadOne) {
+TEST(ShmRing, ReadRegionsAreFreeInAnyOrderAndTheLowestGapThatFitsIsUsed) {
   auto [r0, r1] = two_rings(1024);
   std::vector<std::optional<size_t>> got;
   for (uint64_t s = 0; s < 3; ++s) {
@@ -115,19 +115,31 @@ TEST(ShmRing, RegionsWrapAroundPastTheOldestUnreadOne) {
   EXPECT_EQ(got[0], 0u);
   EXPECT_EQ(got[1], 256u);
   EXPECT_EQ(got[2], 512u);
-  for (uint64_t s = 0; s < 2; ++s) {  // ops 0 and 1 read; op 2 (at 512) still unread
+  for (uint64_t s = 1; s < 3; ++s) {  // ops 1 and 2 read; op 0 (at 0) still unread
     r1->wait_note(0, s);
     r1->mark_read(0, s);
   }
-  auto tail = r0->begin(3, 256);  // [768, 1024) is free
-  EXPECT_EQ(tail, 768u);
-  r0->publish(3, tail);
-  auto wrapped = r0->begin(4, 256);  // the end is full; [0, 512) is free again
-  EXPECT_EQ(wrapped, 0u);
-  r0->publish(4, wrapped);
-  auto too_big = r0->begin(5, 300);  // [256, 512) is 256 bytes: no room
+  // Op 0 does not pin the later regions: [256, 1024) is free and op 3 takes its start.
+  auto after_oldest = r0->begin(3, 512);
+  EXPECT_EQ(after_oldest, 256u);
+  r0->publish(3, after_oldest);
+  auto end = r0->begin(4, 256);  // [768, 1024), the only gap left
+  EXPECT_EQ(end, 768u);
+  r0->publish(4, end);
+  auto full = r0->begin(5, 64);
+  EXPECT_FALSE(full.has_value());
+  r0->publish(5, full);
+  r1->wait_note(0, 0);
+  r1->mark_read(0, 0);
+  auto lowest = r0->begin(6, 128);  // [0, 256) is free again
+  EXPECT_EQ(lowest, 0u);
+  r0->publish(6, lowest);
+  auto too_big = r0->begin(7, 200);  // [128, 256) is 128 bytes: no room
   EXPECT_FALSE(too_big.has_value());
-  r0->publish(5, too_big);
+  r0->publish(7, too_big);
+  auto fits = r0->begin(8, 128);
+  EXPECT_EQ(fits, 128u);
+  r0->publish(8, fits);
 }
 
 TEST(ShmRing, AWaitingReaderIsWokenByALaterPublish) {
