@@ -8,10 +8,12 @@ imports its weights through model.init_from), torch.distributed's DeviceMesh, fu
       a random Llama (with --experts: a Mixtral, MoE in every layer) in DIR (transformers'
       save_pretrained, fp32): both sides start from it
   peer.py train --hf DIR --batches B.safetensors --tp T --lr .. --warmup .. --wd .. --clip ..
-                --metrics M.jsonl
+                [--loss_parallel 1|0] --metrics M.jsonl
       trains on exactly hyperpar's batches (hyperpar-data batches): single process, or under
       torchrun (gloo) on a (dp, tp) mesh: TP (colwise q/k/v/gate/up and lm_head, rowwise o/down
-      and the embedding; for Mixtral attention only, experts whole) then fully_shard per decoder
+      and the embedding; for Mixtral attention only, experts whole; with --loss_parallel 1, the
+      default as in torchtitan and hyperpar, lm_head's logits stay split over the vocabulary into
+      the loss under loss_parallel()) then fully_shard per decoder
       layer (the last not resharded after forward, as torchtitan) and on the root. Per step, rank 0
       writes {"step", "loss", "grad_norm", "step_time_s", "cpu_s", "peak_rss_mb"} (loss: mean
       over the global batch; cpu_s: CPU seconds summed over ranks; peak RSS: max over ranks).
@@ -19,6 +21,7 @@ The update is hyperpar's: AdamW(betas 0.9, 0.95, eps 1e-8, decoupled wd), lr lin
 over --warmup steps, global grad-norm clipping, mean next-token cross-entropy in fp32.
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -95,7 +98,11 @@ def train(args):
         mesh = init_device_mesh("cpu", (dp, args.tp), mesh_dim_names=("dp", "tp"))
         if args.tp > 1:
             plan = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
-                    "lm_head": ColwiseParallel(output_layouts=Replicate())}
+                    # loss parallel (torchtitan's default): logits stay split over the
+                    # vocabulary into the loss, as hyperpar's parallel.loss_parallel
+                    "lm_head": ColwiseParallel(output_layouts=Shard(-1),
+                                               use_local_output=not args.loss_parallel)
+                    if args.loss_parallel else ColwiseParallel(output_layouts=Replicate())}
             for i in range(len(model.model.layers)):
                 p = f"model.layers.{i}."
                 # Mixtral's experts and router stay whole on each tp rank (PyTorch has no expert
@@ -112,6 +119,10 @@ def train(args):
         for i, layer in enumerate(layers):
             fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=i < len(layers) - 1)
         fully_shard(model, mesh=mesh["dp"])
+    loss_context = contextlib.nullcontext
+    if world > 1 and args.tp > 1 and args.loss_parallel:
+        from torch.distributed.tensor.parallel import loss_parallel
+        loss_context = loss_parallel
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=args.wd)
     batches = load_file(args.batches)
@@ -124,10 +135,11 @@ def train(args):
         lr = args.lr * step / args.warmup if args.warmup > 0 and step <= args.warmup else args.lr
         for g in opt.param_groups:
             g["lr"] = lr
-        logits = model(input_ids=tokens[step - 1, rows]).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                               targets[step - 1, rows].reshape(-1))
-        loss.backward()
+        with loss_context():
+            logits = model(input_ids=tokens[step - 1, rows]).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                   targets[step - 1, rows].reshape(-1))
+            loss.backward()
         norm = clip_grad_norm(list(model.parameters()), args.clip)
         opt.step()
         opt.zero_grad()
@@ -160,6 +172,7 @@ if __name__ == "__main__":
     t.add_argument("--batches", required=True)
     t.add_argument("--metrics", required=True)
     t.add_argument("--tp", type=int, default=1)
+    t.add_argument("--loss_parallel", type=int, default=1)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--warmup", type=int, default=2)
     t.add_argument("--wd", type=float, default=0.01)

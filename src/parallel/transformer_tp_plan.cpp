@@ -7,7 +7,7 @@ using namespace dtensor;
 
 ParallelizePlan transformer_tp_plan(int64_t n_heads, int64_t n_kv_heads, bool has_dense,
                                     bool has_moe, bool shared_expert, int64_t tp, bool sp,
-                                    bool moe_experts) {
+                                    bool moe_experts, bool loss_parallel) {
   HP_CHECK(n_heads % tp == 0 && n_kv_heads % tp == 0, "tensor parallel: n_heads ", n_heads,
            " and n_kv_heads ", n_kv_heads, " must both be divisible by tp ", tp);
   const Placement act = sp ? Placement{Shard{1}} : Placement{Replicate{}};
@@ -21,7 +21,8 @@ ParallelizePlan transformer_tp_plan(int64_t n_heads, int64_t n_kv_heads, bool ha
       {"layers.*.attention.wk", colwise_prepared},
       {"layers.*.attention.wv", colwise_prepared},
       {"layers.*.attention.wo", rowwise},
-      {"output", std::make_shared<ColwiseParallel>(act, Replicate{})},
+      {"output", std::make_shared<ColwiseParallel>(
+                     act, loss_parallel ? Placement{Shard{-1}} : Placement{Replicate{}})},
   };
   if (sp)
     for (const char* n : {"layers.*.attention_norm", "layers.*.ffn_norm", "norm"})

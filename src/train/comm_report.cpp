@@ -52,14 +52,17 @@ void add_tp_bounds(comm::TrafficTable& t, const Config& c, const ParallelModel& 
     }
   }
   if (model.output) {
-    const double logits = tokens * static_cast<double>(m.vocab_size) * b;
+    // The logits gathered for the loss, or with loss parallel 3 float32 per row all-reduced
+    // (row max; sum of exponentials and target logit, parallel/loss_parallel.h).
+    const double logits = c.parallel.loss_parallel ? 0.0 : tokens * m.vocab_size * b;
+    if (c.parallel.loss_parallel) add_bound(t, "tp output", "all_reduce", 2 * f * 3 * tokens * 4);
     if (sp) {
       add_bound(t, "tp output", "all_gather_into_tensor", f * x + f * logits);
       add_bound(t, "tp output", "reduce_scatter_tensor", f * x);
       add_bound(t, "tp norm", "all_reduce", norm_ar);
     } else {
       add_bound(t, "tp output", "all_reduce", 2 * f * x);
-      add_bound(t, "tp output", "all_gather_into_tensor", f * logits);
+      if (logits > 0) add_bound(t, "tp output", "all_gather_into_tensor", f * logits);
     }
   }
 }

@@ -104,6 +104,7 @@ std::map<std::string, Setter> setters() {
     c.parallel.reshard_after_forward = true;
   };
   HP_BOOL(parallel, sequence_parallel, "parallel.sequence_parallel");
+  HP_BOOL(parallel, loss_parallel, "parallel.loss_parallel");
   HP_INT(parallel, pp, "parallel.pp");
   HP_INT(parallel, pp_microbatches, "parallel.pp_microbatches");
   HP_INT(parallel, pp_virtual_stages, "parallel.pp_virtual_stages");

@@ -1,10 +1,13 @@
 #include "hyperpar/train/parallel_model.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <numeric>
 
 #include "hyperpar/core/device_context.h"
 #include "hyperpar/parallel/expert_mesh.h"
 #include "hyperpar/parallel/expert_parallel.h"
+#include "hyperpar/parallel/loss_parallel.h"
 #include "hyperpar/parallel/pipeline/stage_split.h"
 #include "hyperpar/parallel/tensor_parallel.h"
 
@@ -88,9 +91,11 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
   if (p.tp > 1)
     parallel::parallelize_module(
         m, *pm.tp_mesh,
-        plan_for(m, parallel::transformer_tp_plan(
-                        c.model.n_heads, c.model.n_kv_heads, part_has_dense, part_has_moe,
-                        c.model.shared_expert, p.tp, p.sequence_parallel, /*moe_experts=*/!ep)));
+        plan_for(m, parallel::transformer_tp_plan(c.model.n_heads, c.model.n_kv_heads,
+                                                  part_has_dense, part_has_moe,
+                                                  c.model.shared_expert, p.tp, p.sequence_parallel,
+                                                  /*moe_experts=*/!ep, p.loss_parallel)));
+  pm.logits_split_over_vocab = p.tp > 1 && p.loss_parallel && m.output != nullptr;
   parallel::FSDPOptions fo;
   fo.reshard_after_forward = p.reshard_after_forward;
   fo.reshard_to = p.reshard_to;
@@ -175,6 +180,20 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
     m.init_weights(c.train.seed);
   }
   return pm;
+}
+
+at::Tensor cross_entropy(const ParallelModel& pm, const at::Tensor& logits,
+                         const at::Tensor& targets) {
+  if (!pm.logits_split_over_vocab) return models::Transformer::loss(logits, targets);
+  return parallel::vocab_parallel_cross_entropy(logits, targets, *pm.tp_mesh,
+                                                pm.model->cfg.vocab_size);
+}
+
+at::Tensor whole_logits(const ParallelModel& pm, const at::Tensor& logits) {
+  at::NoGradGuard no_grad;
+  if (!pm.logits_split_over_vocab) return logits.detach();
+  return parallel::relayout(logits.detach(), *pm.tp_mesh, dtensor::Shard{-1}, dtensor::Replicate{},
+                            std::nullopt, "output gather");
 }
 
 }  // namespace hyperpar::train

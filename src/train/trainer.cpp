@@ -82,8 +82,8 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   auto world_group = world.group(all, "world");
   const int64_t local_rows = t.global_batch_size / pm.dp_size;
   const int64_t micro_rows = local_rows / t.micro_batches;
-  const bool dump_first =
-      !o.dump_first_batch.empty() && pm.tp_mesh->ranks().front() == world.rank();
+  // --dump-first-batch: the first tp rank of each tp group writes its rows' whole logits.
+  const bool dump = !o.dump_first_batch.empty();
   // Pipeline parallelism: each micro-batch is split again into pp_microbatches that the
   // schedule runs; only the last stage's ranks see the loss, so their sums count pp times in
   // the world average below (the others contribute 0).
@@ -103,9 +103,9 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
   // rows(k), the microbatch's batch; `parts` is how many loss terms make the mean.
   using RowsFn = std::function<data::Batch(int64_t)>;
   auto pp_tokens = [](RowsFn rows) { return [rows](int64_t k) { return rows(k).tokens; }; };
-  auto pp_loss = [](RowsFn rows, int64_t parts) {
-    return [rows, parts](int64_t k, const at::Tensor& logits) {
-      return models::Transformer::loss(logits, rows(k).targets) / static_cast<double>(parts);
+  auto pp_loss = [&pm](RowsFn rows, int64_t parts) {
+    return [&pm, rows, parts](int64_t k, const at::Tensor& logits) {
+      return cross_entropy(pm, logits, rows(k).targets) / static_cast<double>(parts);
     };
   };
   // Mean loss over the fixed validation batches: every dp rank its rows, no gradients.
@@ -123,7 +123,7 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
           continue;
         }
         const data::Batch b = data.val_rows(i, first, micro_rows);
-        sum += models::Transformer::loss(model(b.tokens), b.targets).item<double>();
+        sum += cross_entropy(pm, model(b.tokens), b.targets).item<double>();
       }
     at::Tensor v =
         at::tensor({sum * loss_weight / static_cast<double>(t.eval_batches * t.micro_batches)},
@@ -161,9 +161,12 @@ TrainResult run_training(const Config& c, ParallelModel& pm, comm::World& world,
       const data::Batch b = data.train_rows(step, first, micro_rows);
       std::optional<profile::Span> phase(std::in_place, "train", "forward");
       const at::Tensor logits = model(b.tokens);
-      if (dump_first && step == resumed + 1) dump_rows(o.dump_first_batch, first, b, logits);
-      at::Tensor loss =
-          models::Transformer::loss(logits, b.targets) / static_cast<double>(t.micro_batches);
+      if (dump && step == resumed + 1) {
+        const at::Tensor whole = whole_logits(pm, logits);  // collective over tp
+        if (pm.tp_mesh->ranks().front() == world.rank())
+          dump_rows(o.dump_first_batch, first, b, whole);
+      }
+      at::Tensor loss = cross_entropy(pm, logits, b.targets) / static_cast<double>(t.micro_batches);
       phase.emplace("train", "backward");
       loss.backward();
       phase.reset();

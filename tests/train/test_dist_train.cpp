@@ -296,8 +296,9 @@ TEST(DistTrain, CommReportMeetsTheLayoutBounds) {
         EXPECT_NEAR(g["ratio"].get<double>(), 1.0, 1e-9) << name << " " << g["op"];
         ++bounded;
       }
-      EXPECT_EQ(bounded, 3 * 2 + 2 + 3) << "fsdp: 3 groups x 2 ops, tp: 2 blocks, output 2, "
-                                           "embeddings 1";
+      EXPECT_EQ(bounded, 3 * 2 + 2 + 2)
+          << "fsdp: 3 groups x 2 ops, tp: 2 blocks, output 1 (its input gradient and the "
+             "loss parallel sums all-reduced, no logits gathered), embeddings 1";
       const auto* ag = find_group(rank, "fsdp layers.0", "all_gather_into_tensor");
       const auto* rs = find_group(rank, "fsdp layers.0", "reduce_scatter_tensor");
       const auto* tp = find_group(rank, "tp layers.1", "all_reduce");

@@ -142,14 +142,16 @@ void count_router_grad_once(nn::MoE& moe, const mesh::DeviceMesh& tp);
 
 /// The Transformer plan (torchtitan's): vocab-parallel embedding, attention heads and MLP
 /// hidden split colwise/rowwise, MoE experts split on hidden, output head colwise with the
-/// logits gathered for the loss. With `sequence_parallel`, norms run on sequence-sharded
-/// activations and the block inputs are all-gathered / outputs reduce-scattered.
-/// Checks that heads, kv heads divide by the tp size. `moe_experts` false leaves the routed
-/// experts to expert parallel (the plan still lays out the MoE input/output and the shared
-/// expert).
+/// logits gathered for the loss, or with `loss_parallel` left split over the vocabulary
+/// (Shard(-1): the loss is then parallel/loss_parallel.h's). With `sequence_parallel`, norms
+/// run on sequence-sharded activations and the block inputs are all-gathered / outputs
+/// reduce-scattered. Checks that heads, kv heads divide by the tp size. `moe_experts` false
+/// leaves the routed experts to expert parallel (the plan still lays out the MoE input/output
+/// and the shared expert).
 ParallelizePlan transformer_tp_plan(int64_t n_heads, int64_t n_kv_heads, bool has_dense,
                                     bool has_moe, bool shared_expert, int64_t tp_size,
-                                    bool sequence_parallel, bool moe_experts = true);
+                                    bool sequence_parallel, bool moe_experts = true,
+                                    bool loss_parallel = false);
 
 /// The traffic scope (comm/traffic.h) of a relayout tagged "<fqn> ...": "tp " and the block,
 /// e.g. "layers.3.attention.wo output" -> "tp layers.3", "output input" -> "tp output".

@@ -11,6 +11,9 @@
 //              torchtitan do, since backward needs them at once; always reshards those
 //              too), prefetch,
 //              param_dtype (float32|bfloat16), reduce_dtype, sequence_parallel,
+//              loss_parallel (true: with tp > 1 the logits stay split over the
+//              vocabulary and the loss is parallel/loss_parallel.h's, torchtitan's default;
+//              false: they are gathered),
 //              expert_tp (1 | tp, see parallel/expert_mesh.h), expert_shard_dim (auto |
 //              0 | 1: the dim expert FSDP shards expert weights on; auto, as for every other
 //              parameter: dim 0 if it divides over the shard ranks, else the least padded
@@ -56,6 +59,7 @@ struct ParallelConfig {
   int64_t expert_tp = 1;          // 1: ep borrows from dp_shard*tp; tp: experts split over tp too
   int64_t expert_shard_dim = -1;  // -1 (auto): parallel::expert_fsdp_shard_dim; 0; 1
   bool init_on_meta = true, reshard_after_forward = true, sequence_parallel = false;
+  bool loss_parallel = true;           // tp > 1: logits split over the vocabulary into the loss
   int64_t reshard_to = 0;              // reshard_after_forward: k -> post-forward groups of k ranks
   bool reshard_root_and_last = false;  // reshard_after_forward: always
   bool prefetch = true;  // FSDP all-gather prefetch of the next group (forward, backward)

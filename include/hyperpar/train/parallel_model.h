@@ -40,7 +40,19 @@ struct ParallelModel {
   std::optional<mesh::DeviceMesh> ep_mesh, expert_dp_mesh;  // set when ep > 1
   std::vector<parallel::FSDPHandle> fsdp;
   int64_t dp_rank = 0, dp_size = 1;  // this rank's data-parallel index and the dp degree
+  /// Loss parallel: the model's logits are this rank's chunk of the vocabulary on tp_mesh.
+  bool logits_split_over_vocab = false;
 };
+
+/// Mean cross entropy of this rank's model output `logits` against `targets`: whole logits
+/// through models::Transformer::loss, logits split over the vocabulary through
+/// parallel::vocab_parallel_cross_entropy (a collective over the tp mesh).
+at::Tensor cross_entropy(const ParallelModel& pm, const at::Tensor& logits,
+                         const at::Tensor& targets);
+
+/// The whole logits from this rank's model output (gathered over tp when split; collective
+/// then), without gradient.
+at::Tensor whole_logits(const ParallelModel& pm, const at::Tensor& logits);
 
 /// `materialize` false leaves parameters on meta (dry run).
 ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World> world,
