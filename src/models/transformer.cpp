@@ -8,6 +8,7 @@
 #include "hyperpar/core/error.h"
 #include "hyperpar/core/profiler.h"
 #include "hyperpar/dtensor/differentiable.h"
+#include "hyperpar/nn/cross_entropy.h"
 
 namespace hyperpar::models {
 
@@ -167,8 +168,7 @@ at::Tensor Transformer::forward_stage(int64_t first_layer, int64_t end_layer, bo
 }
 
 at::Tensor Transformer::loss(const at::Tensor& logits, const at::Tensor& targets) {
-  const int64_t V = logits.size(-1);
-  return at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), targets.reshape({-1}));
+  return nn::fused_cross_entropy(logits, targets);
 }
 
 }  // namespace hyperpar::models

@@ -61,6 +61,17 @@ TEST(DistPipeline, Pp8ZeroBubble) {
       pp_baseline(), 1e-5, "pp8 zero bubble");
 }
 
+// Zero bubble with tp: the last stage's backward-input runs through the (loss parallel) loss
+// with the graph retained and its backward-weight through it again.
+TEST(DistPipeline, Pp4Tp2ZeroBubbleLossParallel) {
+  expect_matches(
+      run("pp2_tp2_ep2_fsdp.yaml",
+          with({"parallel.pp=4", "parallel.tp=2", "parallel.ep=1",
+                "parallel.pp_schedule=InterleavedZeroBubble", "parallel.pp_microbatches=4"}),
+          true),
+      pp_baseline(), 1e-5, "pp4 tp2 zero bubble");
+}
+
 TEST(DistPipeline, Pp2Hsdp2Tp2) {
   expect_matches(run("pp2_tp2_ep2_fsdp.yaml",
                      with({"parallel.ep=1", "parallel.dp_replicate=2", "parallel.dp_shard=1",

@@ -5,8 +5,8 @@
 //   per layer l:  a = h + attention(attention_norm(h))               (nn/attention.h)
 //                 h = a + ffn(ffn_norm(a)),  ffn = feed_forward or moe (nn/moe.h)
 //   logits = output(norm(h))                                         [B, S, V], untied head
-//   loss = mean over B*S of cross_entropy(logits, targets), float32 (next-token: targets are
-//          the inputs shifted by one, supplied by the caller)
+//   loss = mean over B*S of cross_entropy(logits, targets), float32 (nn/cross_entropy.h;
+//          next-token: targets are the inputs shifted by one, supplied by the caller)
 // RMSNorm eps = norm_eps (1e-5), rotary base = rope_theta (10000), interleaved pairs.
 //
 // Parameter names: tok_embeddings.weight, layers.L.attention_norm.weight,
