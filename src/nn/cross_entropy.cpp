@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <memory>
 
 #include "hyperpar/core/error.h"
@@ -33,13 +34,15 @@ at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targe
   const at::Tensor x = logits.reshape({-1, width}).to(at::kFloat);
   const at::Tensor t = targets.reshape({-1}).to(at::kLong);
   const at::Tensor counted = t.ne(ignore_index);
-  if (!columns.combine_max && t.numel() > 0) {
-    const at::Tensor kept = t.masked_select(counted);
-    HP_CHECK(kept.numel() == 0 ||
-                 (kept.min().item<int64_t>() >= 0 && kept.max().item<int64_t>() < width),
-             "cross_entropy: targets must be vocabulary ids in [0, ", width, ") or ", ignore_index,
-             " (ignored)");
-  }
+  // Split columns without a vocabulary size: only the lower bound can be checked here.
+  const int64_t vocab = columns.vocab > 0     ? columns.vocab
+                        : columns.combine_max ? std::numeric_limits<int64_t>::max()
+                                              : width;
+  const at::Tensor kept = t.masked_select(counted);
+  HP_CHECK(
+      kept.numel() == 0 || (kept.min().item<int64_t>() >= 0 && kept.max().item<int64_t>() < vocab),
+      "cross_entropy: targets must be vocabulary ids in [0, ", vocab, ") or ", ignore_index,
+      " (ignored)");
   auto saved = std::make_shared<SavedSoftmax>();
   auto forward = [&columns, &t, &counted, saved](const at::Tensor& in) {
     const int64_t width = in.size(1);
@@ -70,7 +73,6 @@ at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targe
     at::Tensor g = saved->probs.defined()
                        ? std::move(saved->probs)  // the first backward: in place
                        : at::sub(saved->logits, saved->row_max.unsqueeze(1)).exp_();
-    saved->probs = at::Tensor();
     const at::Tensor scale = grad_loss.to(at::kFloat) / saved->rows_counted;  // 0-dim
     g.mul_(saved->counted.div(saved->sum_exp).mul_(scale).unsqueeze(1));
     g.scatter_add_(1, saved->local_target, saved->in_columns.mul(scale).neg_().unsqueeze(1));

@@ -25,7 +25,9 @@
 namespace hyperpar::nn {
 
 struct VocabColumns {
-  int64_t start = 0;  // vocabulary id of the first column of these logits
+  int64_t start = 0;   // vocabulary id of the first column of these logits
+  int64_t vocab = -1;  // whole vocabulary size, for the target check; -1: the logits' width
+                       // when whole, no upper bound when split
   /// In-place reductions over the ranks holding the other columns; empty: the logits are
   /// the whole vocabulary.
   std::function<void(at::Tensor& row_max)> combine_max;
