@@ -2,7 +2,7 @@
 
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
-#include "shm_ring.h"
+#include "shm_collective.h"
 
 #ifdef HYPERPAR_HAVE_GLOO
 #include <ATen/ATen.h>
@@ -227,107 +227,6 @@ class GlooSendWork final : public FinishingWork {
   c10::intrusive_ptr<c10d::Work> header_work_, payload_work_;
 };
 
-// An all-gather, sum reduce-scatter or sum all-reduce through the ranks' shared-memory rings
-// (shm_ring.h). Issued: this rank's contribution is in its ring (or, when the ring had no
-// room, on its way over TCP) and its note is published. Waited: each peer's contribution is
-// read from that peer's ring (or received over TCP) and marked read. Reductions add the n
-// contributions in rank order: deterministic, and an all-reduce's result is bitwise the same
-// on every rank.
-class ShmCollectiveWork final : public FinishingWork {
- public:
-  enum class Kind { kAllGather, kReduceScatter, kAllReduce };
-  struct Op {
-    Kind kind;
-    // all-gather: bytes of out / in; reduce-scatter: flat out / in; all-reduce: the flat
-    // tensor, both.
-    at::Tensor out, in;
-    uint64_t seq;
-    int tag;  // of TCP payloads (when a ring had no room)
-  };
-  ShmCollectiveWork(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, ShmRing* ring, int64_t n,
-                    int64_t me, Op op, std::function<void()> on_done)
-      : FinishingWork(std::move(on_done)),
-        pg_(std::move(pg)),
-        ring_(ring),
-        n_(n),
-        me_(me),
-        op_(std::move(op)),
-        gather_(op_.kind == Kind::kAllGather),
-        chunk_(gather_ ? op_.in.numel() : op_.out.numel() * op_.out.element_size()) {
-    // Bytes this rank contributes, and where in them the part for rank p starts.
-    const int64_t mine = op_.kind == Kind::kReduceScatter ? chunk_ * n_ : chunk_;
-    const auto region = ring_->begin(op_.seq, static_cast<size_t>(mine));
-    if (region) {
-      std::memcpy(ring_->data(me_) + *region, op_.in.data_ptr(), static_cast<size_t>(mine));
-    } else {
-      const at::Tensor in_bytes = gather_ ? op_.in : op_.in.view(at::kByte);
-      for (int64_t p = 0; p < n_; ++p)
-        if (p != me_) {
-          std::vector<at::Tensor> t{in_bytes.narrow(0, part(p), chunk_)};
-          sends_.push_back(pg_->send(t, static_cast<int>(p), op_.tag));
-        }
-    }
-    ring_->publish(op_.seq, region);
-    if (gather_) op_.out.narrow(0, me_ * chunk_, chunk_).copy_(op_.in);
-  }
-  ~ShmCollectiveWork() override { wait_unless_done(); }
-
- private:
-  // Where the bytes for rank p start in a contribution.
-  int64_t part(int64_t p) const { return op_.kind == Kind::kReduceScatter ? p * chunk_ : 0; }
-
-  void backend_wait() override {
-    // float16/bfloat16 sums accumulate in float32, as a reduction over them would. An
-    // all-reduce sums beside its tensor, which holds this rank's contribution until the end.
-    const auto dtype = op_.out.scalar_type();
-    const bool reduced = !gather_ && (dtype == at::kHalf || dtype == at::kBFloat16);
-    at::Tensor acc;
-    if (op_.kind == Kind::kReduceScatter && !reduced)
-      acc = op_.out;
-    else if (!gather_)
-      acc = at::empty(op_.out.sizes(), reduced ? at::kFloat : dtype);
-    for (int64_t p = 0; p < n_; ++p) {
-      at::Tensor src;  // bytes: peer p's contribution to this rank, or this rank's own
-      bool in_ring = false;
-      if (p == me_) {
-        if (gather_) continue;
-        src = op_.in.view(at::kByte).narrow(0, part(me_), chunk_);
-      } else {
-        const auto note = ring_->wait_note(p, op_.seq);
-        in_ring = note.in_ring;
-        if (in_ring) {
-          src = at::from_blob(ring_->data(p) + note.offset + part(me_), {chunk_}, at::kByte);
-        } else {
-          src = gather_ ? op_.out.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
-          std::vector<at::Tensor> t{src};
-          C10dWork(pg_->recv(t, static_cast<int>(p), op_.tag), nullptr).wait();
-        }
-      }
-      if (gather_) {
-        if (in_ring) op_.out.narrow(0, p * chunk_, chunk_).copy_(src);
-      } else if (p == 0) {
-        acc.copy_(src.view(dtype));
-      } else {
-        acc.add_(src.view(dtype));
-      }
-      if (p != me_) ring_->mark_read(p, op_.seq);
-    }
-    for (auto& w : sends_) C10dWork(w, nullptr).wait();  // before an all-reduce overwrites
-    if (acc.defined() && !acc.is_same(op_.out)) op_.out.copy_(acc);
-  }
-  bool backend_test() override {
-    // Completion needs this rank's own reads: done at wait().
-    return false;
-  }
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
-  ShmRing* ring_;
-  int64_t n_, me_;
-  Op op_;
-  bool gather_;
-  int64_t chunk_;
-  std::vector<c10::intrusive_ptr<c10d::Work>> sends_;
-};
-
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const std::vector<int64_t>& ranks, int64_t global_rank, std::string label)
@@ -345,7 +244,8 @@ class GlooCommunicator final : public Communicator {
       throw Error(detail::concat("gloo backend: cannot create the communicator of ", this->label(),
                                  ": ", e.what()));
     }
-    if (size() > 1 && env_or("HYPERPAR_GLOO_SHM", "1") != "0") {
+    const ShmSettings shm = shm_settings("GLOO");
+    if (size() > 1 && shm.enabled) {
       auto store = c10::make_intrusive<c10d::PrefixStore>(key.str() + "/shm", process_store());
       const int64_t me = rank(), n = size();
       auto exchange = [store, me, n](const std::string& mine, int round) {
@@ -358,13 +258,24 @@ class GlooCommunicator final : public Communicator {
         }
         return all;
       };
+      std::unique_ptr<ShmRing> ring;
       try {
-        const size_t bytes = std::stoull(env_or("HYPERPAR_GLOO_SHM_BYTES", "67108864"));
-        shm_ = std::make_unique<ShmRing>(exchange, n, me, bytes);
+        ring = std::make_unique<ShmRing>(exchange, n, me, shm.ring_bytes);
       } catch (const std::exception& e) {
         throw Error(detail::concat("gloo backend: cannot set up shared memory for ", this->label(),
                                    ": ", e.what()));
       }
+      auto pg = pg_;
+      ShmCollectives::Fallback fallback{
+          [pg](const at::Tensor& bytes, int64_t peer, int tag) -> WorkHandle {
+            std::vector<at::Tensor> t{bytes};
+            return std::make_shared<C10dWork>(pg->send(t, static_cast<int>(peer), tag), nullptr);
+          },
+          [pg](const at::Tensor& bytes, int64_t peer, int tag) {
+            std::vector<at::Tensor> t{bytes};
+            C10dWork(pg->recv(t, static_cast<int>(peer), tag), nullptr).wait();
+          }};
+      shm_ = std::make_unique<ShmCollectives>(std::move(ring), n, me, std::move(fallback));
     }
   }
   const char* backend_name() const override { return "gloo"; }
@@ -379,7 +290,7 @@ class GlooCommunicator final : public Communicator {
     const at::Tensor i = bytes_of(in), o = bytes_of(out);
     const int64_t n = size(), me = rank(), chunk = i.numel();
     if (shm_enabled() && chunk > 0)
-      return shm_work(ShmCollectiveWork::Kind::kAllGather, o, i, nullptr);
+      return shm_work(ShmCollectives::Kind::kAllGather, o, i, nullptr);
     const int tag = call_tag(next_call());
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int64_t k = 1; k < n && chunk > 0; ++k) {  // nothing to send for empty chunks
@@ -403,7 +314,7 @@ class GlooCommunicator final : public Communicator {
       return wrap(pg_->_reduce_scatter_base(flat_out, flat_in, o), {});
     }
     if (shm_enabled() && flat_out.numel() > 0)
-      return shm_work(ShmCollectiveWork::Kind::kReduceScatter, flat_out, flat_in,
+      return shm_work(ShmCollectives::Kind::kReduceScatter, flat_out, flat_in,
                       divide_if_avg(op, out));
     at::Tensor chunks = at::empty_like(flat_in);
     at::Tensor c = bytes_of(chunks), i = bytes_of(flat_in);
@@ -417,13 +328,9 @@ class GlooCommunicator final : public Communicator {
   }
   WorkHandle do_all_reduce(at::Tensor t, ReduceOp op, bool) override {
     check_reducible(t, "all_reduce");
-    // Sum/avg through shared memory when each rank reading every peer's whole tensor stays
-    // cheap: few ranks (TP groups) or small tensors; else gloo's ring. The choice depends
-    // only on the call, so every rank makes the same.
-    const bool shm_sized = size() <= 4 || t.numel() * t.element_size() <= (int64_t{256} << 10);
-    if (shm_enabled() && (op == ReduceOp::kSum || op == ReduceOp::kAvg) && t.numel() > 0 &&
-        shm_sized)
-      return shm_work(ShmCollectiveWork::Kind::kAllReduce, t.view({-1}), t.view({-1}),
+    if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+        shm_->takes_all_reduce(t.numel() * t.element_size()))
+      return shm_work(ShmCollectives::Kind::kAllReduce, t.view({-1}), t.view({-1}),
                       divide_if_avg(op, t));
     c10d::AllreduceOptions o;
     o.reduceOp = c10d_op(op);
@@ -475,19 +382,18 @@ class GlooCommunicator final : public Communicator {
     constexpr uint64_t kFirst = 1 << 25, kCount = 1 << 30;
     return static_cast<int>(kFirst + call % kCount);
   }
-  // Shared-memory rings of this group's ranks (shm_ring.h): all-gathers, sum reduce-scatters
-  // and sum all-reduces whose ranks share a host move their data by one copy between
-  // processes, not through TCP. HYPERPAR_GLOO_SHM=0 turns them off; HYPERPAR_GLOO_SHM_BYTES
-  // sets each rank's ring (default 64 MiB; an operation that finds no room goes over TCP).
-  std::unique_ptr<ShmRing> shm_;
+  // Shared-memory rings of this group's ranks (shm_collective.h): all-gathers, sum
+  // reduce-scatters and sum all-reduces whose ranks share a host move their data by one copy
+  // between processes, not through TCP. HYPERPAR_GLOO_SHM=0 turns them off;
+  // HYPERPAR_GLOO_SHM_BYTES sets each rank's ring (an operation that finds no room goes over
+  // TCP).
+  std::unique_ptr<ShmCollectives> shm_;
   bool shm_enabled() const { return shm_ && shm_->enabled(); }
-  WorkHandle shm_work(ShmCollectiveWork::Kind kind, at::Tensor out, at::Tensor in,
+  WorkHandle shm_work(ShmCollectives::Kind kind, at::Tensor out, at::Tensor in,
                       std::function<void()> on_done) {
     const uint64_t call = next_call();
-    return std::make_shared<ShmCollectiveWork>(
-        pg_, shm_.get(), size(), rank(),
-        ShmCollectiveWork::Op{kind, std::move(out), std::move(in), call, call_tag(call)},
-        std::move(on_done));
+    return shm_->start(kind, std::move(out), std::move(in), call, call_tag(call),
+                       std::move(on_done));
   }
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   uint64_t collective_calls_ = 0;

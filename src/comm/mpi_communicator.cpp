@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <functional>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "hyperpar/core/error.h"
+#include "shm_collective.h"
 
 namespace hyperpar::comm {
 namespace {
@@ -165,6 +168,31 @@ WorkHandle completed(const std::function<void()>& finish = {}) {
   return std::make_shared<CompletedWork>();
 }
 
+// Every rank's string, in group rank order (the rings' set-up exchange).
+std::vector<std::string> exchange_strings(MPI_Comm comm, const std::string& mine) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  const int len = as_count(static_cast<int64_t>(mine.size()), "exchange");
+  std::vector<int> lens(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  mpi_check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  int total = 0;
+  for (int r = 0; r < n; ++r) {
+    displs[static_cast<size_t>(r)] = total;
+    total += lens[static_cast<size_t>(r)];
+  }
+  std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
+  mpi_check(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(),
+                           MPI_CHAR, comm),
+            "MPI_Allgatherv");
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r)
+    out.emplace_back(all.data() + displs[static_cast<size_t>(r)],
+                     static_cast<size_t>(lens[static_cast<size_t>(r)]));
+  return out;
+}
+
+at::Tensor bytes_of(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
+
 }  // namespace
 
 void ensure_mpi_initialized() {
@@ -209,15 +237,59 @@ MPI_Comm create_mpi_comm(const std::vector<int64_t>& ranks) {
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::vector<int64_t> ranks, int64_t global_rank,
                                  std::string label)
-    : Communicator(std::move(ranks), global_rank, std::move(label)), comm_(comm) {}
+    : Communicator(std::move(ranks), global_rank, std::move(label)), comm_(comm) {
+  const ShmSettings settings = shm_settings("MPI");
+  if (size() < 2 || !settings.enabled) return;
+  const MPI_Comm c = comm_;
+  std::unique_ptr<ShmRing> ring;
+  try {
+    ring = std::make_unique<ShmRing>(
+        [c](const std::string& mine, int) { return exchange_strings(c, mine); }, size(), rank(),
+        settings.ring_bytes);
+  } catch (const std::exception& e) {
+    throw Error(detail::concat("mpi backend: cannot set up shared memory for ", this->label(), ": ",
+                               e.what()));
+  }
+  if (!ring->enabled()) return;  // the same outcome on every rank (exchanged by the ring)
+  mpi_check(MPI_Comm_dup(comm_, &fallback_comm_), "MPI_Comm_dup");
+  const MPI_Comm fb = fallback_comm_;
+  ShmCollectives::Fallback fallback{
+      [fb](const at::Tensor& bytes, int64_t peer, int tag) -> WorkHandle {
+        MPI_Request req;
+        mpi_check(MPI_Isend(bytes.data_ptr(), as_count(bytes.numel(), "send"), MPI_BYTE,
+                            static_cast<int>(peer), tag, fb, &req),
+                  "MPI_Isend");
+        return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{bytes}, nullptr);
+      },
+      [fb](const at::Tensor& bytes, int64_t peer, int tag) {
+        mpi_check(MPI_Recv(bytes.data_ptr(), as_count(bytes.numel(), "recv"), MPI_BYTE,
+                           static_cast<int>(peer), tag, fb, MPI_STATUS_IGNORE),
+                  "MPI_Recv");
+      }};
+  shm_ = std::make_unique<ShmCollectives>(std::move(ring), size(), rank(), std::move(fallback));
+}
 
 MpiCommunicator::~MpiCommunicator() {
+  shm_.reset();
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (fin) return;
+  if (fallback_comm_ != MPI_COMM_NULL) MPI_Comm_free(&fallback_comm_);
+  if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+WorkHandle MpiCommunicator::shm_work(ShmKind kind, at::Tensor out, at::Tensor in,
+                                     std::function<void()> on_done) {
+  // Fallback messages are tagged by the operation's number; MPI guarantees tags up to 32767,
+  // and far fewer operations are ever in flight (the ring has 1024 note slots).
+  const uint64_t call = shm_calls_++;
+  return shm_->start(kind, std::move(out), std::move(in), call, static_cast<int>(call % 32768),
+                     std::move(on_done));
 }
 
 WorkHandle MpiCommunicator::do_all_gather(at::Tensor out, at::Tensor in, bool async_op) {
+  if (shm_ && in.numel() > 0)
+    return shm_work(ShmKind::kAllGather, bytes_of(out), bytes_of(in), nullptr);
   MoveType mt = move_type(in);
   int n = as_count(in.numel() * mt.per_element, "all_gather_into_tensor");
   if (!async_op) {
@@ -234,6 +306,9 @@ WorkHandle MpiCommunicator::do_all_gather(at::Tensor out, at::Tensor in, bool as
 WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op,
                                               bool async_op) {
   MPI_Datatype d = reduce_type(in, "reduce_scatter_tensor");
+  if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) && out.numel() > 0)
+    return shm_work(ShmKind::kReduceScatter, out.view({-1}), in.view({-1}),
+                    divide_if_avg(op, out, size()));
   int n = as_count(out.numel(), "reduce_scatter_tensor");
   if (!async_op) {
     mpi_check(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_),
@@ -249,6 +324,9 @@ WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, Red
 
 WorkHandle MpiCommunicator::do_all_reduce(at::Tensor t, ReduceOp op, bool async_op) {
   MPI_Datatype d = reduce_type(t, "all_reduce");
+  if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+      shm_->takes_all_reduce(t.numel() * t.element_size()))
+    return shm_work(ShmKind::kAllReduce, t.view({-1}), t.view({-1}), divide_if_avg(op, t, size()));
   int n = as_count(t.numel(), "all_reduce");
   if (!async_op) {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, d, mpi_op(op), comm_), "MPI_Allreduce");

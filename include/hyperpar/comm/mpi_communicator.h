@@ -1,19 +1,31 @@
 #pragma once
 // MpiCommunicator: collectives on an MPI communicator holding exactly one rank set.
-// async_op calls are MPI-3 non-blocking collectives (MPI_Iallgather, ...) whose Work keeps
-// the buffers alive until MPI_Wait; synchronous calls use the blocking forms, since Open
-// MPI's tuned blocking all_reduce measured ~1.7x faster than libnbc's non-blocking one for
-// 16-64 MiB on 8 ranks here. Reductions support float32/64 and
-// integer dtypes; bf16/fp16 reductions are rejected with a clear error (MPI has no native
-// 16-bit float reduction), data movement (gather, all-to-all, broadcast) takes any dtype.
+// When the group's ranks share a host, all-gathers, sum/avg reduce-scatters and sum/avg
+// all-reduces of TP-sized groups or small tensors go through shared-memory rings
+// (src/comm/shm_collective.h, as the gloo backend): issuing one publishes this rank's data at
+// once, so an async collective progresses while the rank computes, where Open MPI's
+// non-blocking collectives (libnbc) move only inside MPI calls; waits sleep on futexes instead
+// of Open MPI's yield loop. HYPERPAR_MPI_SHM=0 turns this off, HYPERPAR_MPI_SHM_BYTES sets
+// each rank's ring (default 64 MiB; an operation that finds no room goes over MPI_Isend/Recv).
+// The rest: async_op calls are MPI-3 non-blocking collectives (MPI_Iallgather, ...) whose
+// Work keeps the buffers alive until MPI_Wait; synchronous calls use the blocking forms,
+// since Open MPI's tuned blocking all_reduce measured ~1.7x faster than libnbc's non-blocking
+// one for 16-64 MiB on 8 ranks here. Reductions support float32/64 and integer dtypes;
+// bf16/fp16 reductions are rejected with a clear error (MPI has no native 16-bit float
+// reduction), data movement (gather, all-to-all, broadcast) takes any dtype.
 //
 // Threading contract (MPI_THREAD_SERIALIZED): collectives and wait() are called from one
 // thread at a time.
 #include <mpi.h>
 
+#include <memory>
+
 #include "hyperpar/comm/communicator.h"
 
 namespace hyperpar::comm {
+
+class ShmCollectives;
+enum class ShmKind : int;
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -36,6 +48,10 @@ class MpiCommunicator final : public Communicator {
 
  private:
   MPI_Comm comm_;
+  MPI_Comm fallback_comm_ = MPI_COMM_NULL;  // the rings' point-to-point fallback, apart
+  std::unique_ptr<ShmCollectives> shm_;     // null when off or the ranks span hosts
+  uint64_t shm_calls_ = 0;                  // ring operations issued (same on every rank)
+  WorkHandle shm_work(ShmKind kind, at::Tensor out, at::Tensor in, std::function<void()> on_done);
 };
 
 /// Initialises MPI once per process (MPI_Init_thread, SERIALIZED); finalises at exit.

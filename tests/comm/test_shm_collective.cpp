@@ -1,0 +1,189 @@
+// ShmCollectives (src/comm/shm_collective.h) in one process: three ranks on three threads,
+// with rings large enough for every operation, and with rings so small that the larger
+// operations find no room and go over the fallback (an in-process mailbox here). All-gather,
+// sum and average reduce-scatter and all-reduce must equal the sums computed directly, in rank
+// order, bitwise (the same values on every rank); bf16 sums accumulate in float32.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "../src/comm/shm_collective.h"
+#include "hyperpar/core/error.h"
+#include "local_exchange.h"
+
+using hyperpar::comm::ShmCollectives;
+using hyperpar::comm::ShmRing;
+using hyperpar::comm::WorkHandle;
+using hyperpar::comm::testing::LocalExchange;
+using Kind = hyperpar::comm::ShmKind;
+
+namespace {
+
+constexpr int64_t kRanks = 3;
+
+// Point-to-point byte messages between the threads, keyed by (from, to, tag).
+class Mailbox {
+ public:
+  ShmCollectives::Fallback for_rank(int64_t me) {
+    return {[this, me](const at::Tensor& bytes, int64_t peer, int tag) -> WorkHandle {
+              std::lock_guard<std::mutex> lock(m_);
+              box_[{me, peer, tag}] = bytes.clone();
+              ++messages_;
+              cv_.notify_all();
+              return std::make_shared<hyperpar::comm::CompletedWork>();
+            },
+            [this, me](const at::Tensor& bytes, int64_t peer, int tag) {
+              std::unique_lock<std::mutex> lock(m_);
+              const auto key = std::make_tuple(peer, me, tag);
+              cv_.wait(lock, [&] { return box_.count(key) > 0; });
+              ASSERT_EQ(box_[key].numel(), bytes.numel());
+              bytes.copy_(box_[key]);
+              box_.erase(key);
+            }};
+  }
+  int messages() {
+    std::lock_guard<std::mutex> lock(m_);
+    return messages_;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::map<std::tuple<int64_t, int64_t, int>, at::Tensor> box_;
+  int messages_ = 0;
+};
+
+// Runs `body(rank, collectives)` on kRanks threads whose rings hold `ring_bytes` each.
+void on_ranks(size_t ring_bytes, Mailbox& mail,
+              const std::function<void(int64_t, ShmCollectives&)>& body) {
+  LocalExchange ex(kRanks);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      auto ring = std::make_unique<ShmRing>(ex.for_rank(r), kRanks, r, ring_bytes);
+      ShmCollectives shm(std::move(ring), kRanks, r, mail.for_rank(r));
+      ASSERT_TRUE(shm.enabled());
+      body(r, shm);
+    });
+  for (auto& t : threads) t.join();
+}
+
+// Each rank's values, without the global generator (the ranks are threads).
+at::Tensor rank_data(int64_t r, int64_t n, at::ScalarType dtype = at::kFloat) {
+  return at::sin(at::arange(n, at::kFloat) * (0.37 * static_cast<double>(r + 1)) + 0.1 * r)
+      .to(dtype);
+}
+
+// The three collectives on `n` floats per rank; checked against direct rank-order sums.
+void check_collectives(size_t ring_bytes, int64_t n, bool expect_fallback) {
+  Mailbox mail;
+  std::vector<at::Tensor> gathered(kRanks), scattered(kRanks), averaged(kRanks), reduced(kRanks),
+      reduced_bf16(kRanks);
+  on_ranks(ring_bytes, mail, [&](int64_t r, ShmCollectives& shm) {
+    uint64_t call = 0;
+    const at::Tensor mine = rank_data(r, n);
+    // all-gather (bytes)
+    at::Tensor g = at::empty({kRanks * n});
+    const at::Tensor in_bytes = mine.view(at::kByte), out_bytes = g.view(at::kByte);
+    WorkHandle w1 = shm.start(Kind::kAllGather, out_bytes, in_bytes, call, int(call), {});
+    ++call;
+    // reduce-scatter (sum) and one whose on_done divides (avg), both in flight at once
+    const at::Tensor full = at::cat({mine, mine * 2, mine * 3});
+    at::Tensor s = at::empty({n}), a = at::empty({n});
+    WorkHandle w2 = shm.start(Kind::kReduceScatter, s, full, call, int(call), {});
+    ++call;
+    WorkHandle w3 =
+        shm.start(Kind::kReduceScatter, a, full, call, int(call), [a]() mutable { a.div_(3.0); });
+    ++call;
+    w3->wait();  // out of issue order
+    w1->wait();
+    w2->wait();
+    // all-reduce in place, float32 and bf16
+    at::Tensor t = mine.clone();
+    shm.start(Kind::kAllReduce, t, t, call, int(call), {})->wait();
+    ++call;
+    at::Tensor tb = rank_data(r, n, at::kBFloat16);
+    shm.start(Kind::kAllReduce, tb, tb, call, int(call), {})->wait();
+    gathered[r] = g;
+    scattered[r] = s;
+    averaged[r] = a;
+    reduced[r] = t;
+    reduced_bf16[r] = tb;
+  });
+  std::vector<at::Tensor> data, data_bf16;
+  for (int64_t r = 0; r < kRanks; ++r) {
+    data.push_back(rank_data(r, n));
+    data_bf16.push_back(rank_data(r, n, at::kBFloat16));
+  }
+  const at::Tensor sum = data[0] + data[1] + data[2];  // rank order, as the rings add
+  const at::Tensor sum_bf16 =
+      (data_bf16[0].to(at::kFloat) + data_bf16[1].to(at::kFloat) + data_bf16[2].to(at::kFloat))
+          .to(at::kBFloat16);
+  for (int64_t r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(at::equal(gathered[r], at::cat(data))) << "all-gather on rank " << r;
+    const double k = static_cast<double>(r + 1);  // rank r's chunk holds k * each rank's data
+    const at::Tensor chunk_sum = data[0] * k + data[1] * k + data[2] * k;
+    EXPECT_TRUE(at::equal(scattered[r], chunk_sum)) << "reduce-scatter on rank " << r;
+    EXPECT_TRUE(at::equal(averaged[r], chunk_sum / 3.0)) << "average on rank " << r;
+    EXPECT_TRUE(at::equal(reduced[r], sum)) << "all-reduce on rank " << r;
+    EXPECT_TRUE(at::equal(reduced_bf16[r], sum_bf16)) << "bf16 all-reduce on rank " << r;
+  }
+  if (expect_fallback)
+    EXPECT_GT(mail.messages(), 0) << "the small rings should have sent some operations over the "
+                                     "fallback";
+  else
+    EXPECT_EQ(mail.messages(), 0);
+}
+
+}  // namespace
+
+TEST(ShmCollectives, EveryOperationThroughTheRingsMatchesRankOrderSums) {
+  check_collectives(size_t{1} << 20, 1000, /*expect_fallback=*/false);
+}
+
+TEST(ShmCollectives, OperationsWithoutRoomGoOverTheFallbackWithTheSameResults) {
+  // 4 KiB rings: the 12 KB reduce-scatter inputs never fit, the 4 KB all-gather chunks only
+  // when nothing else is in flight.
+  check_collectives(4096, 1000, /*expect_fallback=*/true);
+}
+
+TEST(ShmCollectives, AllReduceTakesTpGroupsAndSmallTensorsOnly) {
+  Mailbox mail;
+  on_ranks(4096, mail, [](int64_t, ShmCollectives& shm) {
+    EXPECT_TRUE(shm.takes_all_reduce(64 << 20));  // 3 ranks: every size
+    EXPECT_FALSE(shm.takes_all_reduce(0));
+  });
+}
+
+TEST(ShmSettings, ReadsTheBackendsVariablesAndRejectsABadSize) {
+  ::setenv("HYPERPAR_TESTB_SHM", "0", 1);
+  ::setenv("HYPERPAR_TESTB_SHM_BYTES", "4096", 1);
+  auto s = hyperpar::comm::shm_settings("TESTB");
+  EXPECT_FALSE(s.enabled);
+  EXPECT_EQ(s.ring_bytes, 4096u);
+  ::unsetenv("HYPERPAR_TESTB_SHM");
+  ::unsetenv("HYPERPAR_TESTB_SHM_BYTES");
+  s = hyperpar::comm::shm_settings("TESTB");
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.ring_bytes, size_t{64} << 20);
+  for (const char* bad : {"64MB", "0", "-1", "x"}) {
+    ::setenv("HYPERPAR_TESTB_SHM_BYTES", bad, 1);
+    try {
+      hyperpar::comm::shm_settings("TESTB");
+      ADD_FAILURE() << "accepted HYPERPAR_TESTB_SHM_BYTES=" << bad;
+    } catch (const hyperpar::Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("HYPERPAR_TESTB_SHM_BYTES must be a positive byte count"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv("HYPERPAR_TESTB_SHM_BYTES");
+}
