@@ -1,7 +1,9 @@
 #include "shm_collective.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -59,42 +61,85 @@ class ShmCollectiveWork final : public FinishingWork {
   int64_t part(int64_t p) const { return kind_ == Kind::kReduceScatter ? p * chunk_ : 0; }
 
   void backend_wait() override {
-    // float16/bfloat16 sums accumulate in float32, as a reduction over them would. An
-    // all-reduce sums beside its tensor, which holds this rank's contribution until the end.
-    const auto dtype = out_.scalar_type();
-    const bool reduced = !gather_ && (dtype == at::kHalf || dtype == at::kBFloat16);
-    at::Tensor acc;
-    if (kind_ == Kind::kReduceScatter && !reduced)
-      acc = out_;
-    else if (!gather_)
-      acc = at::empty(out_.sizes(), reduced ? at::kFloat : dtype);
+    // Every contribution to this rank, as bytes: in its owner's ring, received over the
+    // fallback, or (reductions) this rank's own input.
+    std::vector<const char*> src(static_cast<size_t>(n_), nullptr);
+    std::vector<bool> in_ring(static_cast<size_t>(n_), false);
+    std::vector<at::Tensor> received;
     for (int64_t p = 0; p < n_; ++p) {
-      at::Tensor src;  // bytes: peer p's contribution to this rank, or this rank's own
-      bool in_ring = false;
       if (p == me_) {
-        if (gather_) continue;
-        src = in_.view(at::kByte).narrow(0, part(me_), chunk_);
-      } else {
-        const auto note = ring_->wait_note(p, seq_);
-        in_ring = note.in_ring;
-        if (in_ring) {
-          src = at::from_blob(ring_->data(p) + note.offset + part(me_), {chunk_}, at::kByte);
-        } else {
-          src = gather_ ? out_.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
-          fallback_->recv(src, p, tag_);
-        }
+        if (!gather_) src[p] = static_cast<const char*>(in_.data_ptr()) + part(me_);
+        continue;
       }
-      if (gather_) {
-        if (in_ring) out_.narrow(0, p * chunk_, chunk_).copy_(src);
-      } else if (p == 0) {
-        acc.copy_(src.view(dtype));
+      const auto note = ring_->wait_note(p, seq_);
+      in_ring[p] = note.in_ring;
+      if (note.in_ring) {
+        src[p] = ring_->data(p) + note.offset + part(me_);
       } else {
-        acc.add_(src.view(dtype));
+        at::Tensor buf =
+            gather_ ? out_.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
+        fallback_->recv(buf, p, tag_);
+        src[p] = static_cast<const char*>(buf.data_ptr());
+        if (!gather_) received.push_back(buf);
       }
-      if (p != me_) ring_->mark_read(p, seq_);
     }
-    for (auto& w : sends_) w->wait();  // before an all-reduce overwrites its tensor
-    if (acc.defined() && !acc.is_same(out_)) out_.copy_(acc);
+    for (auto& w : sends_) w->wait();  // before an all-reduce overwrites what they send
+    if (gather_) {
+      for (int64_t p = 0; p < n_; ++p)
+        if (in_ring[p]) out_.narrow(0, p * chunk_, chunk_).copy_(from_bytes(src[p], at::kByte));
+    } else {
+      sum_in_rank_order(src);
+    }
+    for (int64_t p = 0; p < n_; ++p)
+      if (p != me_) ring_->mark_read(p, seq_);
+  }
+
+  at::Tensor from_bytes(const char* bytes, at::ScalarType dtype) const {
+    return at::from_blob(const_cast<char*>(bytes),
+                         {chunk_ / static_cast<int64_t>(c10::elementSize(dtype))}, dtype);
+  }
+
+  // out = src[0] + src[1] + ... in rank order (deterministic, bitwise the same on every rank).
+  // Floating types in one pass over blocks that stay in cache (each element read once from
+  // every source, written once); float16/bfloat16 accumulate in float32, as a reduction over
+  // them would. An all-reduce's output is its own contribution: the blocks are summed before
+  // any is stored, so that is safe.
+  void sum_in_rank_order(const std::vector<const char*>& src) {
+    switch (out_.scalar_type()) {
+      case at::kFloat:
+        return sum_blocks<float, float>(src);
+      case at::kDouble:
+        return sum_blocks<double, double>(src);
+      case at::kHalf:
+        return sum_blocks<at::Half, float>(src);
+      case at::kBFloat16:
+        return sum_blocks<at::BFloat16, float>(src);
+      default: {  // integers: one tensor add per source
+        const auto dtype = out_.scalar_type();
+        at::Tensor acc = from_bytes(src[0], dtype).clone();
+        for (int64_t p = 1; p < n_; ++p) acc.add_(from_bytes(src[p], dtype));
+        out_.view({-1}).copy_(acc);
+      }
+    }
+  }
+  template <typename T, typename Acc>
+  void sum_blocks(const std::vector<const char*>& src) {
+    constexpr int64_t kBlock = 2048;  // 8 KiB of float32 accumulators: stays in L1
+    const int64_t count = chunk_ / static_cast<int64_t>(sizeof(T));
+    T* out = out_.data_ptr<T>();
+    at::parallel_for(0, (count + kBlock - 1) / kBlock, 16, [&](int64_t b0, int64_t b1) {
+      Acc acc[kBlock];
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t first = b * kBlock, len = std::min(kBlock, count - first);
+        const T* s0 = reinterpret_cast<const T*>(src[0]) + first;
+        for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<Acc>(s0[i]);
+        for (int64_t p = 1; p < n_; ++p) {
+          const T* sp = reinterpret_cast<const T*>(src[static_cast<size_t>(p)]) + first;
+          for (int64_t i = 0; i < len; ++i) acc[i] += static_cast<Acc>(sp[i]);
+        }
+        for (int64_t i = 0; i < len; ++i) out[first + i] = static_cast<T>(acc[i]);
+      }
+    });
   }
   bool backend_test() override {
     // Completion needs this rank's own reads: done at wait().

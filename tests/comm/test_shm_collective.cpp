@@ -28,24 +28,32 @@ namespace {
 
 constexpr int64_t kRanks = 3;
 
-// Point-to-point byte messages between the threads, keyed by (from, to, tag).
+// Point-to-point byte messages between the threads, keyed by (from, to, tag). As MPI's
+// rendezvous protocol does for large messages, the receiver copies from the sender's own
+// buffer, and a send completes only once it has: a sender that reuses its buffer before
+// waiting for its sends corrupts what the peer receives.
 class Mailbox {
  public:
+  using Key = std::tuple<int64_t, int64_t, int>;
   ShmCollectives::Fallback for_rank(int64_t me) {
     return {[this, me](const at::Tensor& bytes, int64_t peer, int tag) -> WorkHandle {
-              std::lock_guard<std::mutex> lock(m_);
-              box_[{me, peer, tag}] = bytes.clone();
-              ++messages_;
+              const Key key{me, peer, tag};
+              {
+                std::lock_guard<std::mutex> lock(m_);
+                box_[key] = bytes;
+                ++messages_;
+              }
               cv_.notify_all();
-              return std::make_shared<hyperpar::comm::CompletedWork>();
+              return std::make_shared<SendWork>(*this, key);
             },
             [this, me](const at::Tensor& bytes, int64_t peer, int tag) {
               std::unique_lock<std::mutex> lock(m_);
-              const auto key = std::make_tuple(peer, me, tag);
+              const Key key{peer, me, tag};
               cv_.wait(lock, [&] { return box_.count(key) > 0; });
               ASSERT_EQ(box_[key].numel(), bytes.numel());
               bytes.copy_(box_[key]);
               box_.erase(key);
+              cv_.notify_all();
             }};
   }
   int messages() {
@@ -54,9 +62,25 @@ class Mailbox {
   }
 
  private:
+  class SendWork final : public hyperpar::comm::Work {
+   public:
+    SendWork(Mailbox& box, Key key) : box_(box), key_(key) {}
+    void wait() override {
+      std::unique_lock<std::mutex> lock(box_.m_);
+      box_.cv_.wait(lock, [&] { return box_.box_.count(key_) == 0; });
+    }
+    bool is_completed() override {
+      std::lock_guard<std::mutex> lock(box_.m_);
+      return box_.box_.count(key_) == 0;
+    }
+
+   private:
+    Mailbox& box_;
+    Key key_;
+  };
   std::mutex m_;
   std::condition_variable cv_;
-  std::map<std::tuple<int64_t, int64_t, int>, at::Tensor> box_;
+  std::map<Key, at::Tensor> box_;
   int messages_ = 0;
 };
 
@@ -149,9 +173,11 @@ TEST(ShmCollectives, EveryOperationThroughTheRingsMatchesRankOrderSums) {
 }
 
 TEST(ShmCollectives, OperationsWithoutRoomGoOverTheFallbackWithTheSameResults) {
-  // 4 KiB rings: the 12 KB reduce-scatter inputs never fit, the 4 KB all-gather chunks only
-  // when nothing else is in flight.
+  // 4 KiB rings: the 12 KB reduce-scatter inputs never fit, the 4000-byte all-gather and
+  // all-reduce contributions only when nothing else is in flight; 4400-byte ones never (an
+  // all-reduce then sends its own tensor, which it may overwrite only once that is received).
   check_collectives(4096, 1000, /*expect_fallback=*/true);
+  check_collectives(4096, 1100, /*expect_fallback=*/true);
 }
 
 TEST(ShmCollectives, AllReduceTakesTpGroupsAndSmallTensorsOnly) {
