@@ -68,9 +68,23 @@ for layout in $layouts; do
             --log_dir "$tmp/logs-$layout-$side-$i" -- "$build"/tools/hyperpar-train --config bench/peer/peer.yaml \
             "${sets[@]}" --set "parallel.tp=$tp" --set "parallel.ep=$ep" --metrics "$m" >/dev/null ;;
         *-pytorch)
-          OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --nproc_per_node 8 --master_port "$port" \
-            bench/peer/peer.py train --hf "$hf" --batches "$tmp/batches.safetensors" --tp "$tp" \
-            --metrics "$m" >/dev/null 2>"$tmp/pt-$layout-$i.err" || { tail -5 "$tmp/pt-$layout-$i.err"; exit 1; } ;;
+          # Each rank's output in its own file (torchrun's summary alone hides a rank's
+          # error). A failed run is kept for inspection and retried once on a fresh port.
+          for try in 1 2; do
+            logs="$tmp/pt-$layout-$i-$try"
+            OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --nproc_per_node 8 --master_port "$port" \
+              --log-dir "$logs" --redirects 3 \
+              bench/peer/peer.py train --hf "$hf" --batches "$tmp/batches.safetensors" --tp "$tp" \
+              --metrics "$m" >/dev/null 2>"$logs.err" && break
+            kept=$(mktemp -d /tmp/peer-pytorch-failure.XXXXXX)
+            cp -r "$logs" "$logs.err" "$kept"/ 2>/dev/null || true
+            echo "run_peer: PyTorch $layout run $i failed (try $try); its logs: $kept" >&2
+            tail -3 "$logs.err" >&2
+            find "$logs" -name stderr.log -size +0 -exec tail -5 {} + >&2 2>/dev/null || true
+            [ "$try" = 1 ] || exit 1
+            rm -f "$m"
+            port=$((port + 1))
+          done ;;
       esac
     done
   done

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "hyperpar/core/error.h"
+#include "hyperpar/nn/fused_ops.h"
 
 namespace hyperpar::nn {
 
@@ -15,15 +16,16 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, dtensor::InitScheme init,
 }
 
 namespace {
-// silu(a) * b, recomputed in backward under selective checkpointing (a, b: matmul outputs).
-at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b, bool recompute) {
-  auto f = [](const std::vector<at::Tensor>& in) { return at::silu(in[0]) * in[1]; };
+// silu(a) * b (nn/fused_ops.h), recomputed in backward under selective checkpointing (a, b:
+// matmul outputs).
+at::Tensor gate(const at::Tensor& a, const at::Tensor& b, bool recompute) {
+  auto f = [](const std::vector<at::Tensor>& in) { return swiglu(in[0], in[1]); };
   return recompute ? checkpoint(f, {a, b}, "swiglu") : f({a, b});
 }
 }  // namespace
 
 at::Tensor FeedForward::forward(const at::Tensor& x) {
-  return (*w2)(swiglu((*w1)(x), (*w3)(x), checkpoint_mode() == CheckpointMode::kPointwise));
+  return (*w2)(gate((*w1)(x), (*w3)(x), checkpoint_mode() == CheckpointMode::kPointwise));
 }
 
 GroupedExperts::GroupedExperts(int64_t n, int64_t dim_, int64_t hidden_, dtensor::InitScheme init,
@@ -58,8 +60,8 @@ at::Tensor GroupedExperts::forward(const at::Tensor& x) {
 
 at::Tensor GroupedExperts::run_expert(int64_t e, const at::Tensor& x) {
   at::Tensor w1 = value("w1")[e], w2 = value("w2")[e], w3 = value("w3")[e];
-  at::Tensor h = swiglu(at::matmul(x, w1.t()), at::matmul(x, w3.t()),
-                        checkpoint_mode() == CheckpointMode::kPointwise);
+  at::Tensor h = gate(at::matmul(x, w1.t()), at::matmul(x, w3.t()),
+                      checkpoint_mode() == CheckpointMode::kPointwise);
   return at::matmul(h, w2.t());
 }
 

@@ -1,8 +1,8 @@
-// The fused RMSNorm and rotary kernels (nn/fused_ops.h) against their formulas computed in
-// double precision with plain ATen ops: outputs and the gradients of every input. Tolerance
-// 2e-6 relative (max abs error over max abs value): float32 rounding of sums of up to a few
-// hundred terms (~1e-7 each), not a looser algorithm. Shapes cover a last dim that is not a
-// multiple of the 16 SIMD lanes and row counts that are not a multiple of the 64-row blocks
+// The fused RMSNorm, rotary and SwiGLU kernels (nn/fused_ops.h) against their formulas
+// computed in double precision with plain ATen ops: outputs and the gradients of every input.
+// Tolerance 2e-6 relative (max abs error over max abs value): float32 rounding of sums of up
+// to a few hundred terms (~1e-7 each), not a looser algorithm. Shapes cover a last dim that is
+// not a multiple of the SIMD lanes and row counts that are not a multiple of the 64-row blocks
 // of the weight gradient. The weight gradient is bit-identical for 1 and 2 threads.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -108,4 +108,46 @@ TEST(FusedOps, RotaryMatchesItsFormulaAndGradients) {
   EXPECT_TRUE(nn::rotary(xt, c, s).equal(xt.contiguous()));
   EXPECT_THROW(nn::rotary(at::randn({2, 4, 3, 5}), c, s), Error);  // odd head dim
   EXPECT_THROW(nn::rotary(at::randn({2, 5, 3, 4}), c, s), Error);  // tables for 4 positions
+}
+
+TEST(FusedOps, SwiGluMatchesItsFormulaAndGradients) {
+  // Last dims below, at and past the 8 float lanes (tails of 5, 7 and 0 elements); values up
+  // to |x| ~ 20, where exp(-x) over/underflows toward the limits silu(x) -> x and -> 0.
+  at::manual_seed(6);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{5}, {3, 7}, {4, 37}, {2, 9, 1408}}) {
+    at::Tensor a = (at::randn(shape) * 6).requires_grad_(true);
+    at::Tensor b = at::randn(shape).requires_grad_(true);
+    at::Tensor g = at::randn(shape);
+    at::Tensor y = nn::swiglu(a, b);
+    y.backward(g);
+
+    at::Tensor ad = a.detach().to(at::kDouble).requires_grad_(true);
+    at::Tensor bd = b.detach().to(at::kDouble).requires_grad_(true);
+    at::Tensor yd = ad / (1 + at::exp(-ad)) * bd;
+    yd.backward(g.to(at::kDouble));
+    EXPECT_LE(rel_err(y.detach(), yd.detach()), 2e-6) << shape;
+    EXPECT_LE(rel_err(a.grad(), ad.grad()), 2e-6) << shape;
+    EXPECT_LE(rel_err(b.grad(), bd.grad()), 2e-6) << shape;
+    // ATen's composite in float32 (the same exp): within float rounding of it.
+    EXPECT_LE(rel_err(y.detach(), (at::silu(a.detach()) * b.detach()).to(at::kDouble)), 1e-6);
+  }
+  // Extremes: silu(-100) = -0 (exp overflows to inf), silu(100) = 100; gradients finite.
+  at::Tensor a = at::tensor({-100.0f, -20.0f, 0.0f, 20.0f, 100.0f}).requires_grad_(true);
+  at::Tensor b = at::ones({5}).requires_grad_(true);
+  at::Tensor y = nn::swiglu(a, b);
+  y.sum().backward();
+  EXPECT_TRUE(at::isfinite(y).all().item<bool>());
+  EXPECT_TRUE(at::isfinite(a.grad()).all().item<bool>());
+  EXPECT_FLOAT_EQ(y[4].item<float>(), 100.0f);
+  EXPECT_FLOAT_EQ(std::abs(y[0].item<float>()), 0.0f);
+  EXPECT_FLOAT_EQ(a.grad()[2].item<float>(), 0.5f);  // silu'(0) = 1/2
+  // Strided inputs (transposed views) give what their contiguous copies give.
+  at::Tensor at_ = at::randn({6, 10}).t(), bt = at::randn({6, 10}).t();
+  EXPECT_TRUE(nn::swiglu(at_, bt).equal(nn::swiglu(at_.contiguous(), bt.contiguous())));
+  EXPECT_THROW(nn::swiglu(at::randn({2, 3}), at::randn({3, 2})), Error);
+}
+
+TEST(FusedOps, SwiGluOtherDtypesTakeTheComposite) {
+  at::Tensor a = at::randn({4, 8}).to(at::kBFloat16), b = at::randn({4, 8}).to(at::kBFloat16);
+  EXPECT_TRUE(nn::swiglu(a, b).equal(at::silu(a) * b));
 }

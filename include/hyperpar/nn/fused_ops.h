@@ -12,6 +12,7 @@
 //
 //   at::Tensor y = nn::rms_norm(x, weight, 1e-5);     // x [..., D], weight [D]
 //   at::Tensor q = nn::rotary(x, cos, sin);           // x [B, S, H, hd], cos/sin [S, hd/2]
+//   at::Tensor h = nn::swiglu(w1(x), w3(x));          // then w2(h)
 #include <ATen/ATen.h>
 
 namespace hyperpar::nn {
@@ -26,5 +27,11 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 /// (x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos). The backward rotates the gradient back
 /// (by the negative angle).
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+/// SwiGLU's gate: silu(a) * b for a, b of one shape (the w1 and w3 projections), silu(x) =
+/// x / (1 + exp(-x)). Fused on float32 CPU tensors where the CPU has AVX2 and FMA: one
+/// vectorised pass forward (ATen's exp) that keeps sigmoid(a) for the backward, one backward
+/// pass producing both gradients without exp or division; else the composite ATen ops.
+at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b);
 
 }  // namespace hyperpar::nn
