@@ -44,7 +44,18 @@ class ShmCollectiveWork final : public FinishingWork {
     const int64_t mine = kind_ == Kind::kReduceScatter ? chunk_ * n_ : chunk_;
     const auto region = ring_->begin(seq_, static_cast<size_t>(mine));
     if (region) {
-      std::memcpy(ring_->data(me_) + *region, in_.data_ptr(), static_cast<size_t>(mine));
+      char* dst = ring_->data(me_) + *region;
+      const char* src = static_cast<const char*>(in_.data_ptr());
+      if (kind_ == Kind::kReduceScatter) {
+        // Peers read only their own parts; this rank sums its part from `in_` directly, so
+        // its slot in the region stays unwritten (1/n of the copy saved).
+        const auto before = static_cast<size_t>(me_ * chunk_);
+        const auto after = static_cast<size_t>((n_ - me_ - 1) * chunk_);
+        std::memcpy(dst, src, before);
+        std::memcpy(dst + before + chunk_, src + before + chunk_, after);
+      } else {
+        std::memcpy(dst, src, static_cast<size_t>(mine));
+      }
     } else {
       const at::Tensor in_bytes = gather_ ? in_ : in_.view(at::kByte);
       for (int64_t p = 0; p < n_; ++p)

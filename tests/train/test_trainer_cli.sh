@@ -231,7 +231,9 @@ for pid in (0, 1):
                 assert any(s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] for s in steps), e
     in_flight = {e["name"] for e in mine if e["tid"] == 1}
     assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= in_flight, in_flight
-    assert any(e["cat"] == "fsdp" and e["name"].startswith("copy-in fsdp layers.") for e in mine)
+    assert any(e["cat"] == "fsdp" and e["name"].startswith("reduce finish fsdp layers.") for e in mine)
+    # float32 per-parameter gathers read each shard directly: no copy-in at all
+    assert not any(e["cat"] == "fsdp" and e["name"].startswith("copy-in") for e in mine)
 print("profile ok:", len(spans), "spans")
 PY
 #     Profiling marks are identity autograd nodes: losses and gradient norms stay bit-identical.
