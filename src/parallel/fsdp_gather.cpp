@@ -19,7 +19,8 @@ void FSDPGroup::begin_gather(bool from_kept) {
   auto group = shard_group;
   // Per parameter and without a cast, each shard is its own all-gather's input: no copy-in
   // (the shards stay unmodified while a gather is in flight: prefetches are issued within a
-  // forward or backward, and one whose shards changed is discarded by settle_prefetch).
+  // forward or backward, and one whose shards changed is discarded by settle_prefetch; the
+  // work keeps its input alive, communicator.h).
   const bool shards_as_input =
       !from_kept && per_param() && std::all_of(params.begin(), params.end(), [&](const auto& p) {
         return p->data.scalar_type() == opts.param_dtype;
@@ -37,7 +38,7 @@ void FSDPGroup::begin_gather(bool from_kept) {
     }
   }
   if (!from_kept && per_param()) {
-    PendingGather pg{{}, send, at::Tensor(), shard_versions(), false, {}, freed, {}};
+    PendingGather pg{{}, send, at::Tensor(), shard_versions(), false, {}, freed};
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor dst = freed
                            ? regrown_alias(i)  // backward refill
@@ -47,7 +48,6 @@ void FSDPGroup::begin_gather(bool from_kept) {
           shards_as_input ? params[i]->data.detach().reshape({-1}) : send.narrow(0, offset[i], n);
       pg.works.push_back(group->all_gather_into_tensor(dst.view({-1}), in, {tag, true}));
       pg.dst.push_back(dst);
-      if (shards_as_input) pg.inputs.push_back(in);  // alive until the gather completed
     }
     ++stats.all_gathers;
     pending = std::move(pg);
@@ -57,7 +57,7 @@ void FSDPGroup::begin_gather(bool from_kept) {
   auto work = group->all_gather_into_tensor(recv, send, {tag, true});
   ++stats.all_gathers;
   if (from_kept) ++stats.post_forward_group_gathers;
-  pending = PendingGather{{work}, send, recv, shard_versions(), from_kept, {}, false, {}};
+  pending = PendingGather{{work}, send, recv, shard_versions(), from_kept, {}, false};
 }
 
 void FSDPGroup::settle_prefetch(bool from_kept, bool per_param_dst) {

@@ -85,7 +85,6 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     bool from_kept;
     std::vector<at::Tensor> dst;
     bool into_freed = false;
-    std::vector<at::Tensor> inputs;  // the shards, where they are the inputs (no send buffer)
     void wait() {
       for (auto& w : works) w->wait();
     }

@@ -22,6 +22,8 @@
 // Average is computed as a sum followed by one division by the group size at completion,
 // so fp32 averages round once (no per-rank pre-scaling).
 //
+// A returned Work keeps the call's tensors alive until it completes: callers may drop theirs.
+//
 // Every collective is watched (watchdog.h) from enqueue to completion: one that does not
 // complete within the current timeout ends the process with an error naming it.
 //
