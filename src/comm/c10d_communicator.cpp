@@ -289,8 +289,7 @@ class GlooCommunicator final : public Communicator {
   WorkHandle do_all_gather(at::Tensor out, at::Tensor in, bool) override {
     const at::Tensor i = bytes_of(in), o = bytes_of(out);
     const int64_t n = size(), me = rank(), chunk = i.numel();
-    if (shm_enabled() && chunk > 0)
-      return shm_work(ShmCollectives::Kind::kAllGather, o, i, nullptr);
+    if (shm_enabled() && chunk > 0) return shm_work(ShmCollectives::Kind::kAllGather, o, i, false);
     const int tag = call_tag(next_call());
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int64_t k = 1; k < n && chunk > 0; ++k) {  // nothing to send for empty chunks
@@ -315,7 +314,7 @@ class GlooCommunicator final : public Communicator {
     }
     if (shm_enabled() && flat_out.numel() > 0)
       return shm_work(ShmCollectives::Kind::kReduceScatter, flat_out, flat_in,
-                      divide_if_avg(op, out));
+                      op == ReduceOp::kAvg);
     at::Tensor chunks = at::empty_like(flat_in);
     at::Tensor c = bytes_of(chunks), i = bytes_of(flat_in);
     auto divide = divide_if_avg(op, out);
@@ -331,11 +330,20 @@ class GlooCommunicator final : public Communicator {
     if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
         shm_->takes_all_reduce(t.numel() * t.element_size()))
       return shm_work(ShmCollectives::Kind::kAllReduce, t.view({-1}), t.view({-1}),
-                      divide_if_avg(op, t));
+                      op == ReduceOp::kAvg);
     c10d::AllreduceOptions o;
     o.reduceOp = c10d_op(op);
     std::vector<at::Tensor> ts{t.view({-1})};
     return wrap(pg_->allreduce(ts, o), divide_if_avg(op, t));
+  }
+  WorkHandle do_all_reduce_into(at::Tensor out, at::Tensor in, ReduceOp op,
+                                bool async_op) override {
+    check_reducible(in, "all_reduce");
+    if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+        shm_->takes_all_reduce(in.numel() * in.element_size()))
+      return shm_work(ShmCollectives::Kind::kAllReduce, out.view({-1}), in.view({-1}),
+                      op == ReduceOp::kAvg);
+    return Communicator::do_all_reduce_into(out, in, op, async_op);  // gloo: in place only
   }
   WorkHandle do_all_to_all(at::Tensor out, at::Tensor in, const std::vector<int64_t>& out_rows,
                            const std::vector<int64_t>& in_rows, bool) override {
@@ -389,11 +397,9 @@ class GlooCommunicator final : public Communicator {
   // TCP).
   std::unique_ptr<ShmCollectives> shm_;
   bool shm_enabled() const { return shm_ && shm_->enabled(); }
-  WorkHandle shm_work(ShmCollectives::Kind kind, at::Tensor out, at::Tensor in,
-                      std::function<void()> on_done) {
+  WorkHandle shm_work(ShmCollectives::Kind kind, at::Tensor out, at::Tensor in, bool average) {
     const uint64_t call = next_call();
-    return shm_->start(kind, std::move(out), std::move(in), call, call_tag(call),
-                       std::move(on_done));
+    return shm_->start(kind, std::move(out), std::move(in), call, call_tag(call), average);
   }
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   uint64_t collective_calls_ = 0;

@@ -155,6 +155,38 @@ WorkHandle Communicator::all_reduce(at::Tensor t, ReduceOp op, const CollectiveO
   return finish(do_all_reduce(t, op, opts.async_op), watched, opts, s, began);
 }
 
+WorkHandle Communicator::all_reduce_into(at::Tensor out, const at::Tensor& in, ReduceOp op,
+                                         const CollectiveOptions& opts) {
+  const CallSite s = site("all_reduce", opts);
+  check_buffer(s, "input", in, std::nullopt, device_type());
+  check_buffer(s, "output", out, in.scalar_type(), device_type());
+  check_reduce_dtype(s, in, op);
+  if (out.sizes() != in.sizes())
+    fail_contract(s, "output " + describe_tensor(out) + " must have the input's shape (input " +
+                         describe_tensor(in) + ")");
+  const bool in_place = out.data_ptr() == in.data_ptr();
+  const auto* o = static_cast<const char*>(out.data_ptr());
+  const auto* i = static_cast<const char*>(in.data_ptr());
+  const auto bytes = static_cast<size_t>(in.nbytes());
+  if (!in_place && bytes > 0 && o < i + bytes && i < o + bytes)
+    fail_contract(s, "output " + describe_tensor(out) +
+                         " overlaps the input without being it: pass the same tensor for an "
+                         "in-place all-reduce, or disjoint ones");
+  record_traffic(
+      s.op, 2.0 * static_cast<double>(size() - 1) / static_cast<double>(size()) * bytes_of(in));
+  WatchScope watched(watch(s));
+  const int64_t began = profile::now_us();
+  return finish(in_place ? do_all_reduce(out, op, opts.async_op)
+                         : do_all_reduce_into(out, in, op, opts.async_op),
+                watched, opts, s, began);
+}
+
+WorkHandle Communicator::do_all_reduce_into(at::Tensor out, at::Tensor in, ReduceOp op,
+                                            bool async_op) {
+  out.copy_(in);
+  return do_all_reduce(out, op, async_op);
+}
+
 namespace {
 // Expands split sizes (empty: equal split of dim 0) into rows per group rank.
 std::vector<int64_t> rows_per_rank(const CallSite& s, const char* role, const at::Tensor& t,

@@ -25,23 +25,24 @@ void fail_contract(const CallSite& site, const std::string& problem) {
 void check_buffer(const CallSite& site, const char* role, const at::Tensor& t,
                   std::optional<c10::ScalarType> dtype, c10::DeviceType device) {
   if (!t.defined()) fail_contract(site, std::string(role) + " is an undefined tensor");
-  const std::string what = std::string(role) + " (" + describe_tensor(t) + ")";
+  // Described only on failure: this runs on every collective.
+  const auto what = [&] { return std::string(role) + " (" + describe_tensor(t) + ")"; };
   if (t.is_meta())
-    fail_contract(site, what +
+    fail_contract(site, what() +
                             " is on the meta device: it has no data; materialise the "
                             "parameter (to_empty + init) before communicating");
   if (!t.is_contiguous())
-    fail_contract(site, what +
+    fail_contract(site, what() +
                             " is not contiguous: collectives need a flat contiguous "
                             "buffer; copy the view into one first");
   if (t.device().type() != device) {
     std::ostringstream os;
-    os << what << " is on device type " << t.device().type() << ", expected " << device;
+    os << what() << " is on device type " << t.device().type() << ", expected " << device;
     fail_contract(site, os.str());
   }
   if (dtype && t.scalar_type() != *dtype) {
     std::ostringstream os;
-    os << what << " has dtype " << t.scalar_type() << ", expected " << *dtype;
+    os << what() << " has dtype " << t.scalar_type() << ", expected " << *dtype;
     fail_contract(site, os.str());
   }
 }

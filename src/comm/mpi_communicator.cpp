@@ -278,18 +278,17 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-WorkHandle MpiCommunicator::shm_work(ShmKind kind, at::Tensor out, at::Tensor in,
-                                     std::function<void()> on_done) {
+WorkHandle MpiCommunicator::shm_work(ShmKind kind, at::Tensor out, at::Tensor in, bool average) {
   // Fallback messages are tagged by the operation's number; MPI guarantees tags up to 32767,
   // and far fewer operations are ever in flight (the ring has 1024 note slots).
   const uint64_t call = shm_calls_++;
   return shm_->start(kind, std::move(out), std::move(in), call, static_cast<int>(call % 32768),
-                     std::move(on_done));
+                     average);
 }
 
 WorkHandle MpiCommunicator::do_all_gather(at::Tensor out, at::Tensor in, bool async_op) {
   if (shm_ && in.numel() > 0)
-    return shm_work(ShmKind::kAllGather, bytes_of(out), bytes_of(in), nullptr);
+    return shm_work(ShmKind::kAllGather, bytes_of(out), bytes_of(in), false);
   MoveType mt = move_type(in);
   int n = as_count(in.numel() * mt.per_element, "all_gather_into_tensor");
   if (!async_op) {
@@ -307,8 +306,7 @@ WorkHandle MpiCommunicator::do_reduce_scatter(at::Tensor out, at::Tensor in, Red
                                               bool async_op) {
   MPI_Datatype d = reduce_type(in, "reduce_scatter_tensor");
   if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) && out.numel() > 0)
-    return shm_work(ShmKind::kReduceScatter, out.view({-1}), in.view({-1}),
-                    divide_if_avg(op, out, size()));
+    return shm_work(ShmKind::kReduceScatter, out.view({-1}), in.view({-1}), op == ReduceOp::kAvg);
   int n = as_count(out.numel(), "reduce_scatter_tensor");
   if (!async_op) {
     mpi_check(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_),
@@ -326,7 +324,7 @@ WorkHandle MpiCommunicator::do_all_reduce(at::Tensor t, ReduceOp op, bool async_
   MPI_Datatype d = reduce_type(t, "all_reduce");
   if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
       shm_->takes_all_reduce(t.numel() * t.element_size()))
-    return shm_work(ShmKind::kAllReduce, t.view({-1}), t.view({-1}), divide_if_avg(op, t, size()));
+    return shm_work(ShmKind::kAllReduce, t.view({-1}), t.view({-1}), op == ReduceOp::kAvg);
   int n = as_count(t.numel(), "all_reduce");
   if (!async_op) {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), n, d, mpi_op(op), comm_), "MPI_Allreduce");
@@ -336,6 +334,25 @@ WorkHandle MpiCommunicator::do_all_reduce(at::Tensor t, ReduceOp op, bool async_
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, d, mpi_op(op), comm_, &req),
             "MPI_Iallreduce");
   return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{t}, divide_if_avg(op, t, size()));
+}
+
+WorkHandle MpiCommunicator::do_all_reduce_into(at::Tensor out, at::Tensor in, ReduceOp op,
+                                               bool async_op) {
+  MPI_Datatype d = reduce_type(in, "all_reduce");
+  if (shm_ && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+      shm_->takes_all_reduce(in.numel() * in.element_size()))
+    return shm_work(ShmKind::kAllReduce, out.view({-1}), in.view({-1}), op == ReduceOp::kAvg);
+  int n = as_count(in.numel(), "all_reduce");
+  if (!async_op) {
+    mpi_check(MPI_Allreduce(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_),
+              "MPI_Allreduce");
+    return completed(divide_if_avg(op, out, size()));
+  }
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(in.data_ptr(), out.data_ptr(), n, d, mpi_op(op), comm_, &req),
+            "MPI_Iallreduce");
+  return std::make_shared<MpiWork>(req, std::vector<at::Tensor>{out, in},
+                                   divide_if_avg(op, out, size()));
 }
 
 WorkHandle MpiCommunicator::do_all_to_all(at::Tensor out, at::Tensor in,

@@ -26,9 +26,8 @@ class ShmCollectiveWork final : public FinishingWork {
  public:
   using Kind = ShmCollectives::Kind;
   ShmCollectiveWork(ShmRing* ring, const ShmCollectives::Fallback* fallback, int64_t n, int64_t me,
-                    Kind kind, at::Tensor out, at::Tensor in, uint64_t seq, int tag,
-                    std::function<void()> on_done)
-      : FinishingWork(std::move(on_done)),
+                    Kind kind, at::Tensor out, at::Tensor in, uint64_t seq, int tag, bool average)
+      : FinishingWork({}),
         ring_(ring),
         fallback_(fallback),
         n_(n),
@@ -38,6 +37,7 @@ class ShmCollectiveWork final : public FinishingWork {
         in_(std::move(in)),
         seq_(seq),
         tag_(tag),
+        average_(average && kind_ != Kind::kAllGather),
         gather_(kind_ == Kind::kAllGather),
         chunk_(gather_ ? in_.numel() : out_.numel() * out_.element_size()) {
     // Bytes this rank contributes, and where in them the part for rank p starts.
@@ -114,17 +114,20 @@ class ShmCollectiveWork final : public FinishingWork {
   // Floating types in one pass over blocks that stay in cache (each element read once from
   // every source, written once); float16/bfloat16 accumulate in float32, as a reduction over
   // them would. An all-reduce's output is its own contribution: the blocks are summed before
-  // any is stored, so that is safe.
+  // any is stored, so that is safe. An average divides as the blocks are stored where the
+  // sum is kept in the output's own dtype (the same rounding as dividing `out` afterwards).
   void sum_in_rank_order(const std::vector<const char*>& src) {
     switch (out_.scalar_type()) {
       case at::kFloat:
-        return sum_blocks<float, float>(src);
+        return sum_blocks<float, float>(src, average_);
       case at::kDouble:
-        return sum_blocks<double, double>(src);
+        return sum_blocks<double, double>(src, average_);
       case at::kHalf:
-        return sum_blocks<at::Half, float>(src);
+        sum_blocks<at::Half, float>(src, false);
+        break;
       case at::kBFloat16:
-        return sum_blocks<at::BFloat16, float>(src);
+        sum_blocks<at::BFloat16, float>(src, false);
+        break;
       default: {  // integers: one tensor add per source
         const auto dtype = out_.scalar_type();
         at::Tensor acc = from_bytes(src[0], dtype).clone();
@@ -132,12 +135,15 @@ class ShmCollectiveWork final : public FinishingWork {
         out_.view({-1}).copy_(acc);
       }
     }
+    if (average_) out_.div_(static_cast<double>(n_));
   }
   template <typename T, typename Acc>
-  void sum_blocks(const std::vector<const char*>& src) {
+  // `divide` (only where T is Acc): each stored sum divided by the group size.
+  void sum_blocks(const std::vector<const char*>& src, bool divide) {
     constexpr int64_t kBlock = 2048;  // 8 KiB of float32 accumulators: stays in L1
     const int64_t count = chunk_ / static_cast<int64_t>(sizeof(T));
     T* out = out_.data_ptr<T>();
+    const Acc n = static_cast<Acc>(n_);
     at::parallel_for(0, (count + kBlock - 1) / kBlock, 16, [&](int64_t b0, int64_t b1) {
       Acc acc[kBlock];
       for (int64_t b = b0; b < b1; ++b) {
@@ -148,7 +154,10 @@ class ShmCollectiveWork final : public FinishingWork {
           const T* sp = reinterpret_cast<const T*>(src[static_cast<size_t>(p)]) + first;
           for (int64_t i = 0; i < len; ++i) acc[i] += static_cast<Acc>(sp[i]);
         }
-        for (int64_t i = 0; i < len; ++i) out[first + i] = static_cast<T>(acc[i]);
+        if (divide)
+          for (int64_t i = 0; i < len; ++i) out[first + i] = static_cast<T>(acc[i] / n);
+        else
+          for (int64_t i = 0; i < len; ++i) out[first + i] = static_cast<T>(acc[i]);
       }
     });
   }
@@ -169,6 +178,7 @@ class ShmCollectiveWork final : public FinishingWork {
   at::Tensor out_, in_;
   uint64_t seq_;
   int tag_;
+  bool average_;  // reductions: divide the sum by n_
   bool gather_;
   int64_t chunk_;
   std::vector<WorkHandle> sends_;
@@ -200,11 +210,10 @@ ShmCollectives::ShmCollectives(std::unique_ptr<ShmRing> ring, int64_t size, int6
     : ring_(std::move(ring)), size_(size), rank_(rank), fallback_(std::move(fallback)) {}
 
 WorkHandle ShmCollectives::start(Kind kind, at::Tensor out, at::Tensor in, uint64_t call, int tag,
-                                 std::function<void()> on_done) {
+                                 bool average) {
   HP_CHECK(enabled(), "ShmCollectives::start: the group's rings are disabled");
   return std::make_shared<ShmCollectiveWork>(ring_.get(), &fallback_, size_, rank_, kind,
-                                             std::move(out), std::move(in), call, tag,
-                                             std::move(on_done));
+                                             std::move(out), std::move(in), call, tag, average);
 }
 
 }  // namespace hyperpar::comm

@@ -57,10 +57,11 @@ class ShmCollectives {
 
   /// Starts one operation; `call` numbers it (the same on every rank of the group: its ring
   /// slot) and `tag` is its fallback messages' tag. All-gather: out/in as bytes. Reduce-scatter:
-  /// flat out and in. All-reduce: the flat tensor as both. `on_done` runs once it completed
-  /// (an average's division).
-  WorkHandle start(Kind kind, at::Tensor out, at::Tensor in, uint64_t call, int tag,
-                   std::function<void()> on_done);
+  /// flat out and in. All-reduce: flat out and in, the same tensor (in place) or not (`in`
+  /// left unchanged). `average` (reductions): the sum divided by the group size, as one
+  /// division of each summed element (float32/float64: while the sum is stored, no second
+  /// pass; float16/bfloat16: after it is stored in that dtype, as a division of `out` would).
+  WorkHandle start(Kind kind, at::Tensor out, at::Tensor in, uint64_t call, int tag, bool average);
 
  private:
   std::unique_ptr<ShmRing> ring_;

@@ -47,6 +47,50 @@ TEST(DistCollectives, AllReduceAllOps) {
   EXPECT_EQ(l[0].item<int64_t>(), static_cast<int64_t>(sum));
 }
 
+// all_reduce_into leaves its input unchanged on every path: the rings (tp, 4 ranks), the
+// backend's own reduction (max; and 8 ranks with a tensor too large for the rings: MPI's
+// out-of-place form, gloo's copy then in place), in place when out is in; and rejects an
+// output of another shape or one that overlaps the input.
+TEST(DistCollectives, AllReduceIntoKeepsItsInput) {
+  auto tp = mesh24().get_group("tp");
+  auto all = mesh::DeviceMesh::init(world(), {8}, {"all"}).get_group("all");
+  const double r = world()->rank();
+  for (auto [group, n, op] :
+       std::vector<std::tuple<std::shared_ptr<comm::Communicator>, int64_t, ReduceOp>>{
+           {tp, 5, ReduceOp::kSum},
+           {tp, 5, ReduceOp::kAvg},
+           {tp, 5, ReduceOp::kMax},
+           {all, 100000, ReduceOp::kAvg}}) {
+    const at::Tensor in = at::arange(n, at::kFloat) + r;
+    const at::Tensor before = in.clone();
+    at::Tensor out = at::full({n}, -1.0, at::kFloat);
+    group->all_reduce_into(out, in, op);
+    at::Tensor want = before.clone();
+    group->all_reduce(want, op);
+    EXPECT_TRUE(in.equal(before)) << comm::to_string(op) << " on " << group->label();
+    EXPECT_TRUE(out.equal(want)) << comm::to_string(op) << " on " << group->label();
+  }
+  at::Tensor t = at::full({4}, r, at::kFloat);
+  tp->all_reduce_into(t, t, ReduceOp::kSum);  // in place
+  double sum = 0;
+  for (int64_t x : tp->ranks()) sum += static_cast<double>(x);
+  EXPECT_TRUE(t.equal(at::full({4}, sum, at::kFloat))) << t;
+  at::Tensor buf = at::zeros({8});
+  for (auto bad : {std::make_pair(at::zeros({5}), buf.narrow(0, 0, 4)),
+                   std::make_pair(buf.narrow(0, 2, 4), buf.narrow(0, 0, 4))}) {
+    std::string e;
+    try {
+      tp->all_reduce_into(bad.first, bad.second, ReduceOp::kSum);
+    } catch (const ContractError& err) {
+      e = err.what();
+    }
+    EXPECT_NE(e.find("all_reduce"), std::string::npos) << e;
+    EXPECT_TRUE(e.find("shape") != std::string::npos || e.find("overlaps") != std::string::npos)
+        << e;
+  }
+  tp->barrier();
+}
+
 TEST(DistCollectives, AllGatherReduceScatterAllToAllBroadcast) {
   auto m = mesh24();
   auto dp = m.get_group("dp");

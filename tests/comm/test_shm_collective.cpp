@@ -109,32 +109,42 @@ at::Tensor rank_data(int64_t r, int64_t n, at::ScalarType dtype = at::kFloat) {
 void check_collectives(size_t ring_bytes, int64_t n, bool expect_fallback) {
   Mailbox mail;
   std::vector<at::Tensor> gathered(kRanks), scattered(kRanks), averaged(kRanks), reduced(kRanks),
-      reduced_bf16(kRanks);
+      reduced_bf16(kRanks), averaged_into(kRanks), inputs_after(kRanks), averaged_bf16(kRanks);
   on_ranks(ring_bytes, mail, [&](int64_t r, ShmCollectives& shm) {
     uint64_t call = 0;
     const at::Tensor mine = rank_data(r, n);
     // all-gather (bytes)
     at::Tensor g = at::empty({kRanks * n});
     const at::Tensor in_bytes = mine.view(at::kByte), out_bytes = g.view(at::kByte);
-    WorkHandle w1 = shm.start(Kind::kAllGather, out_bytes, in_bytes, call, int(call), {});
+    WorkHandle w1 = shm.start(Kind::kAllGather, out_bytes, in_bytes, call, int(call), false);
     ++call;
-    // reduce-scatter (sum) and one whose on_done divides (avg), both in flight at once
+    // reduce-scatter (sum) and one that averages, both in flight at once
     const at::Tensor full = at::cat({mine, mine * 2, mine * 3});
     at::Tensor s = at::empty({n}), a = at::empty({n});
-    WorkHandle w2 = shm.start(Kind::kReduceScatter, s, full, call, int(call), {});
+    WorkHandle w2 = shm.start(Kind::kReduceScatter, s, full, call, int(call), false);
     ++call;
-    WorkHandle w3 =
-        shm.start(Kind::kReduceScatter, a, full, call, int(call), [a]() mutable { a.div_(3.0); });
+    WorkHandle w3 = shm.start(Kind::kReduceScatter, a, full, call, int(call), true);
     ++call;
     w3->wait();  // out of issue order
     w1->wait();
     w2->wait();
     // all-reduce in place, float32 and bf16
     at::Tensor t = mine.clone();
-    shm.start(Kind::kAllReduce, t, t, call, int(call), {})->wait();
+    shm.start(Kind::kAllReduce, t, t, call, int(call), false)->wait();
     ++call;
     at::Tensor tb = rank_data(r, n, at::kBFloat16);
-    shm.start(Kind::kAllReduce, tb, tb, call, int(call), {})->wait();
+    shm.start(Kind::kAllReduce, tb, tb, call, int(call), false)->wait();
+    ++call;
+    // all-reduce (avg) out of place: the input stays as it was; bf16 avg in place
+    const at::Tensor kept = mine.clone();
+    at::Tensor ai = at::empty({n});
+    shm.start(Kind::kAllReduce, ai, kept, call, int(call), true)->wait();
+    ++call;
+    at::Tensor ab = rank_data(r, n, at::kBFloat16);
+    shm.start(Kind::kAllReduce, ab, ab, call, int(call), true)->wait();
+    averaged_into[r] = ai;
+    inputs_after[r] = kept;
+    averaged_bf16[r] = ab;
     gathered[r] = g;
     scattered[r] = s;
     averaged[r] = a;
@@ -158,6 +168,11 @@ void check_collectives(size_t ring_bytes, int64_t n, bool expect_fallback) {
     EXPECT_TRUE(at::equal(averaged[r], chunk_sum / 3.0)) << "average on rank " << r;
     EXPECT_TRUE(at::equal(reduced[r], sum)) << "all-reduce on rank " << r;
     EXPECT_TRUE(at::equal(reduced_bf16[r], sum_bf16)) << "bf16 all-reduce on rank " << r;
+    // The average divides each sum once, as dividing the summed tensor would (bf16: after
+    // rounding the sum to bf16).
+    EXPECT_TRUE(at::equal(averaged_into[r], sum / 3.0)) << "out-of-place average on rank " << r;
+    EXPECT_TRUE(at::equal(inputs_after[r], data[r])) << "out-of-place input changed on rank " << r;
+    EXPECT_TRUE(at::equal(averaged_bf16[r], sum_bf16 / 3.0)) << "bf16 average on rank " << r;
   }
   if (expect_fallback)
     EXPECT_GT(mail.messages(), 0) << "the small rings should have sent some operations over the "

@@ -12,6 +12,8 @@
 //   all_gather_into_tensor(out, in): out = concat over group ranks of in (out = size x in)
 //   reduce_scatter_tensor(out, in, op): in = size x out; rank i gets the reduced chunk i
 //   all_reduce(t, op): in place
+//   all_reduce_into(out, in, op): out = the reduction of every rank's in; in unchanged (what
+//     a caller that must keep its input would otherwise clone first)
 //   all_to_all_single(out, in, out_splits, in_splits): dim-0 rows; empty splits = equal
 //   broadcast(t, root): root is a group rank (index into ranks())
 //   send(t, peer) / recv(t, peer): point to point with group rank `peer` (not this rank);
@@ -62,6 +64,9 @@ class Communicator {
   WorkHandle reduce_scatter_tensor(at::Tensor out, const at::Tensor& in, ReduceOp op,
                                    const CollectiveOptions& opts = {});
   WorkHandle all_reduce(at::Tensor t, ReduceOp op, const CollectiveOptions& opts = {});
+  /// Same shape and dtype; `out` may be `in` itself (in place) but not overlap it otherwise.
+  WorkHandle all_reduce_into(at::Tensor out, const at::Tensor& in, ReduceOp op,
+                             const CollectiveOptions& opts = {});
   WorkHandle all_to_all_single(at::Tensor out, const at::Tensor& in,
                                std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
                                const CollectiveOptions& opts = {});
@@ -77,6 +82,9 @@ class Communicator {
   virtual WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op,
                                        bool async_op) = 0;
   virtual WorkHandle do_all_reduce(at::Tensor t, ReduceOp op, bool async_op) = 0;
+  /// Backends with a native out-of-place form override this; by default `in` is copied into
+  /// `out`, which is then reduced in place. `out` and `in` are distinct here.
+  virtual WorkHandle do_all_reduce_into(at::Tensor out, at::Tensor in, ReduceOp op, bool async_op);
   virtual WorkHandle do_all_to_all(at::Tensor out, at::Tensor in,
                                    const std::vector<int64_t>& out_rows,
                                    const std::vector<int64_t>& in_rows, bool async_op) = 0;

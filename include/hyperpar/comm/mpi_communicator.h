@@ -39,6 +39,7 @@ class MpiCommunicator final : public Communicator {
   WorkHandle do_all_gather(at::Tensor out, at::Tensor in, bool async_op) override;
   WorkHandle do_reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op, bool async_op) override;
   WorkHandle do_all_reduce(at::Tensor t, ReduceOp op, bool async_op) override;
+  WorkHandle do_all_reduce_into(at::Tensor out, at::Tensor in, ReduceOp op, bool async_op) override;
   WorkHandle do_all_to_all(at::Tensor out, at::Tensor in, const std::vector<int64_t>& out_rows,
                            const std::vector<int64_t>& in_rows, bool async_op) override;
   WorkHandle do_broadcast(at::Tensor t, int64_t root, bool async_op) override;
@@ -51,7 +52,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm fallback_comm_ = MPI_COMM_NULL;  // the rings' point-to-point fallback, apart
   std::unique_ptr<ShmCollectives> shm_;     // null when off or the ranks span hosts
   uint64_t shm_calls_ = 0;                  // ring operations issued (same on every rank)
-  WorkHandle shm_work(ShmKind kind, at::Tensor out, at::Tensor in, std::function<void()> on_done);
+  WorkHandle shm_work(ShmKind kind, at::Tensor out, at::Tensor in, bool average);
 };
 
 /// Initialises MPI once per process (MPI_Init_thread, SERIALIZED); finalises at exit.

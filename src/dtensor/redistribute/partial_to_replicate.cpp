@@ -1,7 +1,7 @@
-// Partial(op) -> Replicate: all-reduce with op on a fresh contiguous copy (the input is never
-// modified). 16-bit floats are reduced in float32 and rounded back once (MPI has no 16-bit
-// reductions, and the sum is more accurate). Adjoint: identity (the gradient of a Replicate
-// value is Replicate).
+// Partial(op) -> Replicate: all-reduce with op into a fresh contiguous tensor (the input is
+// never modified, and not copied first). 16-bit floats are reduced in float32 and rounded back once
+// (MPI has no 16-bit reductions, and the sum is more accurate). Adjoint: identity (the gradient of
+// a Replicate value is Replicate).
 #include <ATen/ATen.h>
 
 #include "registry_entries.h"
@@ -17,9 +17,12 @@ class PartialToReplicate final : public Transition {
   at::Tensor apply(const at::Tensor& local, const Placement& from, const Placement&,
                    const StepContext& ctx) const override {
     const bool half = local.scalar_type() == at::kBFloat16 || local.scalar_type() == at::kHalf;
-    at::Tensor out =
-        half ? local.to(at::kFloat).contiguous() : local.clone(at::MemoryFormat::Contiguous);
-    if (out.numel() > 0) ctx.group->all_reduce(out, std::get<Partial>(from).op, {ctx.tag, false});
+    // The partial input stays as it is (autograd may hold it): reduce into a new tensor
+    // rather than cloning it and reducing the clone in place.
+    const at::Tensor in = half ? local.to(at::kFloat).contiguous() : local.contiguous();
+    at::Tensor out = half ? in : at::empty_like(in, at::MemoryFormat::Contiguous);
+    if (out.numel() > 0)
+      ctx.group->all_reduce_into(out, in, std::get<Partial>(from).op, {ctx.tag, false});
     return half ? out.to(local.scalar_type()) : out;
   }
 };
