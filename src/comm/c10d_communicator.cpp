@@ -246,18 +246,9 @@ class GlooCommunicator final : public Communicator {
     }
     const ShmSettings shm = shm_settings("GLOO");
     if (size() > 1 && shm.enabled) {
-      auto store = c10::make_intrusive<c10d::PrefixStore>(key.str() + "/shm", process_store());
+      store_key_ = key.str();
       const int64_t me = rank(), n = size();
-      auto exchange = [store, me, n](const std::string& mine, int round) {
-        const std::string base = "round" + std::to_string(round) + "/";
-        store->set(base + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
-        std::vector<std::string> all;
-        for (int64_t r = 0; r < n; ++r) {
-          const auto v = store->get(base + std::to_string(r));
-          all.emplace_back(v.begin(), v.end());
-        }
-        return all;
-      };
+      const auto exchange = store_exchange("/shm");
       std::unique_ptr<ShmRing> ring;
       try {
         ring = std::make_unique<ShmRing>(exchange, n, me, shm.ring_bytes);
@@ -279,6 +270,14 @@ class GlooCommunicator final : public Communicator {
     }
   }
   const char* backend_name() const override { return "gloo"; }
+  // Where the group's shared-memory rings are on (one host, HYPERPAR_GLOO_SHM not 0); each
+  // window exchanges its identities under its own store prefix.
+  std::shared_ptr<HostWindow> host_window(size_t bytes) override {
+    if (!shm_enabled()) return nullptr;  // the same on every rank (exchanged by the rings)
+    auto w = std::make_shared<HostWindow>(store_exchange("/window" + std::to_string(windows_++)),
+                                          size(), rank(), bytes);
+    return w->enabled() ? w : nullptr;
+  }
 
  protected:
   // All-gather: this rank's chunk is sent as it is to every peer, and each peer's chunk is
@@ -403,6 +402,24 @@ class GlooCommunicator final : public Communicator {
   }
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   uint64_t collective_calls_ = 0;
+  std::string store_key_;  // the group's prefix in the rendezvous store
+  uint64_t windows_ = 0;   // host windows created (same on every rank)
+  // A blocking all-gather of strings through the store, under the group's key + `suffix`.
+  std::function<std::vector<std::string>(const std::string&, int)> store_exchange(
+      const std::string& suffix) const {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(store_key_ + suffix, process_store());
+    const int64_t me = rank(), n = size();
+    return [store, me, n](const std::string& mine, int round) {
+      const std::string base = "round" + std::to_string(round) + "/";
+      store->set(base + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
+      std::vector<std::string> all;
+      for (int64_t r = 0; r < n; ++r) {
+        const auto v = store->get(base + std::to_string(r));
+        all.emplace_back(v.begin(), v.end());
+      }
+      return all;
+    };
+  }
 };
 
 }  // namespace

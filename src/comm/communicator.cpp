@@ -293,4 +293,6 @@ WorkHandle Communicator::recv(at::Tensor t, int64_t peer, const CollectiveOption
   return finish(do_recv(t, peer, opts.message_tag, what), watched, opts, s, began);
 }
 
+std::shared_ptr<HostWindow> Communicator::host_window(size_t) { return nullptr; }
+
 }  // namespace hyperpar::comm

@@ -278,6 +278,15 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
+std::shared_ptr<HostWindow> MpiCommunicator::host_window(size_t bytes) {
+  if (!shm_) return nullptr;  // the same on every rank: the rings' set-up was exchanged
+  const MPI_Comm c = comm_;
+  auto w = std::make_shared<HostWindow>(
+      [c](const std::string& mine, int) { return exchange_strings(c, mine); }, size(), rank(),
+      bytes);
+  return w->enabled() ? w : nullptr;
+}
+
 WorkHandle MpiCommunicator::shm_work(ShmKind kind, at::Tensor out, at::Tensor in, bool average) {
   // Fallback messages are tagged by the operation's number; MPI guarantees tags up to 32767,
   // and far fewer operations are ever in flight (the ring has 1024 note slots).

@@ -1,55 +1,23 @@
 #include "shm_ring.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <utility>
 
-#include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
+#include "shm_wait.h"
 
 namespace hyperpar::comm {
 namespace {
 
-// Hostname and boot id: two processes may share memory only when both are equal.
-std::string host_identity() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  return std::string(name) + "/" + boot;
-}
-
 size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
-// How long a wait in the ring may take: as long as gloo's own collectives (longer than the
-// watchdog's timeout, so that the watchdog, which names the operation, reports first).
-std::chrono::steady_clock::time_point wait_deadline() {
-  return std::chrono::steady_clock::now() +
-         std::chrono::milliseconds(static_cast<int64_t>((collective_timeout_s() + 60) * 1000));
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-long futex(uint32_t* word, int op, uint32_t val, const timespec* timeout) {
-  return syscall(SYS_futex, word, op, val, timeout, nullptr, 0);
-}
 
 }  // namespace
 
@@ -71,9 +39,9 @@ ShmRing::ShmRing(const Exchange& exchange, int64_t size, int64_t rank, size_t ca
     fd_ = -1;
   }
   std::ostringstream me;
-  me << host_identity() << "\n" << getpid() << "\n" << fd_;
+  me << shm::host_identity() << "\n" << getpid() << "\n" << fd_;
   const auto all = exchange(me.str(), 0);
-  const std::string my_host = host_identity();
+  const std::string my_host = shm::host_identity();
   bool ok = true;
   maps_.assign(static_cast<size_t>(size_), nullptr);
   pids_.assign(static_cast<size_t>(size_), 0);
@@ -150,11 +118,10 @@ std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
   reclaim();
   // The note slot is shared with operation seq - kSlots: wait until every peer has read it
   // (only when a peer is kSlots operations behind; never in practice).
-  const auto deadline = wait_deadline();
+  const auto deadline = shm::wait_deadline();
   while (!live_.empty() && seq - live_.front().seq >= kSlots) {
     for (int64_t r = 0; r < size_; ++r)
-      if (r != rank_ && kill(static_cast<pid_t>(pids_[static_cast<size_t>(r)]), 0) != 0 &&
-          errno == ESRCH)
+      if (r != rank_ && shm::process_gone(pids_[static_cast<size_t>(r)]))
         throw PeerError(detail::concat("shared-memory collective: rank ", r, " (pid ",
                                        pids_[static_cast<size_t>(r)], ") exited"));
     HP_CHECK(std::chrono::steady_clock::now() < deadline,
@@ -188,27 +155,13 @@ void ShmRing::publish(uint64_t seq, const std::optional<size_t>& region) {
   s->in_ring = region ? 1 : 0;
   s->offset = region.value_or(0);
   __atomic_store_n(&s->ready, static_cast<uint32_t>(seq + 1), __ATOMIC_RELEASE);
-  futex(&s->ready, FUTEX_WAKE, INT_MAX, nullptr);
+  shm::wake_all(&s->ready);
 }
 
 void ShmRing::wait_until(int64_t owner, uint32_t* word, uint32_t want, const char* what) {
-  for (int i = 0; i < 64; ++i) {
-    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == want) return;
-    cpu_relax();
-  }
-  const auto deadline = wait_deadline();
-  const timespec tick{0, 50 * 1000 * 1000};
-  while (true) {
-    const uint32_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-    if (now == want) return;
-    if (futex(word, FUTEX_WAIT, now, &tick) == 0 || errno != ETIMEDOUT) continue;
-    const pid_t pid = static_cast<pid_t>(pids_[static_cast<size_t>(owner)]);
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-      throw PeerError(detail::concat("shared-memory collective: rank ", owner, " (pid ", pid,
-                                     ") exited while this rank waited for its ", what));
-    HP_CHECK(std::chrono::steady_clock::now() < deadline, "shared-memory collective: rank ", owner,
-             " did not publish its ", what, " within the collective timeout");
-  }
+  shm::wait_word(
+      word, [want](uint32_t v) { return v == want; }, owner, pids_[static_cast<size_t>(owner)],
+      what);
 }
 
 ShmRing::Note ShmRing::wait_note(int64_t owner, uint64_t seq) {

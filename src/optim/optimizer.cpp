@@ -63,6 +63,10 @@ void AdamW::step() {
     const std::vector<at::Tensor> steps(b.params.size(), count);
     at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, lr_, b1_, b2_, wd_,
                       eps_, /*amsgrad=*/false, /*maximize=*/false);
+    // The fused kernel, called from C++, leaves the parameters' version counters as they
+    // were; code that tells a changed shard by its version (FSDP's prefetch check and its
+    // host-shared parameters, parallel/fsdp.h) must see the update, as after any in-place op.
+    for (auto& p : b.params) p.unsafeGetTensorImpl()->bump_version();
   }
 }
 

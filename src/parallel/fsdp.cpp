@@ -40,7 +40,7 @@ struct UnshardFunction : public torch::autograd::Function<UnshardFunction> {
     auto group = h->group.lock();
     HP_CHECK(group, "FSDP: the parameter group was destroyed before backward");
     auto out = group->reduce_grads(grads);
-    group->unsharded.clear();     // the next forward unshards again
+    group->drop_unsharded();      // the next forward unshards again
     out.push_back(at::Tensor());  // for the group argument
     return out;
   }
@@ -237,7 +237,7 @@ FSDPHandle fully_shard(nn::Module& module, const mesh::DeviceMesh& dp_mesh, cons
     // right after, so the unsharded parameters stay until the group's reduction clears them.
     if (nn::is_recomputing()) return y;
     if (!y.requires_grad()) {
-      g->unsharded.clear();
+      g->drop_unsharded();
       return y;
     }
     // Kept unsharded (no reshard after forward): nothing to refill, but its backward still

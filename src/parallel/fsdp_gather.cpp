@@ -13,6 +13,10 @@ namespace hyperpar::parallel {
 
 void FSDPGroup::begin_gather(bool from_kept) {
   if (pending || trivial) return;
+  if (!from_kept && host_shared()) {
+    begin_window_gather();
+    return;
+  }
   comm::TrafficScope scope(traffic_scope);
   at::Tensor send;
   ensure_groups();
@@ -76,6 +80,7 @@ std::vector<at::Tensor> FSDPGroup::gather_per_param() {
   if (!pending) begin_gather();
   pending->wait();
   auto dst = std::move(pending->dst);
+  used_epoch = pending->epoch;
   pending.reset();
   return dst;
 }
@@ -120,6 +125,11 @@ std::vector<at::Tensor> FSDPGroup::unshard_new() {
 }
 
 void FSDPGroup::free_unsharded() {
+  if (window) {  // nothing of this rank's own to free: the window stays, once per host
+    window->release(used_epoch);
+    freed = true;
+    return;
+  }
   const int64_t k = post_forward_size();
   if (k < dp) {
     const int64_t per = dp / k, j = coord % k;
@@ -169,8 +179,13 @@ void FSDPGroup::hold() {
 
 void FSDPGroup::release_held() {
   if (!held) return;
-  unsharded.clear();
+  drop_unsharded();
   held = false;
+}
+
+void FSDPGroup::drop_unsharded() {
+  unsharded.clear();
+  if (window) window->release(used_epoch);
 }
 
 }  // namespace hyperpar::parallel

@@ -4,7 +4,8 @@
 //   fsdp_group.cpp   layout and process groups, the kept communication buffers;
 //   fsdp_gather.cpp  all-gathers (per parameter or flat), prefetch, post-forward resharding,
 //                    freeing and refilling the unsharded parameters, explicit unshard;
-//   fsdp_reduce.cpp  the single gradient-reduction entry point and reduce-scatters in flight.
+//   fsdp_reduce.cpp  the single gradient-reduction entry point and reduce-scatters in flight;
+//   fsdp_host_window.cpp  host-shared unsharded parameters (FSDPOptions::host_shared_params).
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -85,6 +86,7 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
     bool from_kept;
     std::vector<at::Tensor> dst;
     bool into_freed = false;
+    uint32_t epoch = 0;  // host-shared: the window epoch it published
     void wait() {
       for (auto& w : works) w->wait();
     }
@@ -113,6 +115,28 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   bool held = false;
   void hold();
   void release_held();
+
+  // Done with the unsharded parameters (after backward, or a forward without gradients).
+  void drop_unsharded();
+
+  // ---- host-shared unsharded parameters (fsdp_host_window.cpp) ----
+  // The group's unsharded parameters live in a shared-memory window of the shard group
+  // (param i at window_offset[i] bytes, full_local[i] in param_dtype); a gather is an epoch
+  // of it: this rank writes its rows of every parameter when its shards changed since it
+  // last wrote them, publishes, and the gather's work waits until every rank has. Decided at
+  // the first gather, the same on every rank (creating the window is collective).
+  bool host_shared();
+  std::optional<bool> host_shared_cache;
+  std::shared_ptr<comm::HostWindow> window;
+  std::vector<size_t> window_offset;
+  std::string window_group;   // "mesh dim dp_shard ranks [0, 2] (host window)"
+  uint32_t window_epoch = 0;  // the last epoch this rank published
+  uint32_t used_epoch = 0;    // the epoch whose data `unsharded` shows
+  std::vector<std::pair<const void*, int64_t>>
+      window_written;  // shards last written (ptr, version)
+  void begin_window_gather();
+  // Param i's unsharded tensor in the window (a fresh alias: its own version counter).
+  at::Tensor window_alias(size_t i) const;
 
   // ---- gradient reduction (fsdp_reduce.cpp) ----
   // An issued reduce-scatter: waited on when the next group reduces or backward ends; then

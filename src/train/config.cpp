@@ -87,6 +87,7 @@ std::map<std::string, Setter> setters() {
   HP_INT(parallel, dp_shard, "parallel.dp_shard");
   HP_BOOL(parallel, init_on_meta, "parallel.init_on_meta");
   HP_BOOL(parallel, prefetch, "parallel.prefetch");
+  HP_BOOL(parallel, fsdp_host_shared, "parallel.fsdp_host_shared");
   // true | always | false | k: reshard after forward to groups of k ranks (FSDP2's int form).
   m["parallel.reshard_after_forward"] = [](Config& c, const YAML::Node& n) {
     const std::string key = "parallel.reshard_after_forward";

@@ -100,6 +100,7 @@ ParallelModel build_parallel_model(const Config& c, std::shared_ptr<comm::World>
   fo.reshard_after_forward = p.reshard_after_forward;
   fo.reshard_to = p.reshard_to;
   fo.collectives = p.fsdp_collectives;
+  fo.host_shared_params = p.fsdp_host_shared;
   fo.param_dtype = p.param_dtype;
   fo.reduce_dtype = p.reduce_dtype;
   // Each parameter on the dim that pads least (dim 0 whenever it divides): a router [4, dim]

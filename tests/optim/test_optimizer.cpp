@@ -64,6 +64,26 @@ TEST(Optimizer, AdamWMatchesItsFormula) {
   EXPECT_LE(max_rel(state[1].tensor, v[0]), 1e-6);  // exp_avg_sq of a
 }
 
+// Every updated parameter's version counter moves, as after any in-place op, so that code
+// telling a changed shard by its version (FSDP's host-shared parameters and its prefetch
+// check) sees the update; the fused kernel alone, called from C++, leaves it. A parameter
+// without a gradient is not updated and keeps its version.
+TEST(Optimizer, AStepMovesTheUpdatedParametersVersions) {
+  nn::Parameter a = make_param({4, 3}, 1), frozen = make_param({2}, 3);
+  optim::AdamW adamw({&a, &frozen}, 1e-2, 0.1, 0.9, 0.95, 1e-8);
+  a.data.mutable_grad() = at::randn({4, 3});
+  const auto a0 = a.data._version(), f0 = frozen.data._version();
+  adamw.step();
+  EXPECT_GT(a.data._version(), a0);
+  EXPECT_EQ(frozen.data._version(), f0);
+  nn::Parameter s = make_param({5}, 2);
+  optim::SGD sgd({&s}, 1e-2, 0.9, 0.0);
+  s.data.mutable_grad() = at::randn({5});
+  const auto s0 = s.data._version();
+  sgd.step();
+  EXPECT_GT(s.data._version(), s0);
+}
+
 // The fused kernel runs once per dtype; a parameter that is a strided view (not contiguous)
 // and a gradient of another dtype (cast to the parameter's) take the same formula.
 TEST(Optimizer, AdamWMixedDtypesAndStridedParametersMatchTheFormula) {

@@ -121,6 +121,44 @@ TEST(DistTrain, PerParamAndPerGroupCollectivesTrainIdentically) {
   for (auto& h : per_group.fsdp) EXPECT_FALSE(h.stats().per_param_collectives) << h.fqns().front();
 }
 
+// Host-shared unsharded parameters (the default on one host) and private ones move the same
+// values: training is bit-identical, with prefetch, resharding after forward and the backward
+// refills; every per-parameter group takes the window (the dim-1 expert groups cannot) and
+// writes its shard once per step (after each optimizer step), not once per gather.
+TEST(DistTrain, HostSharedAndPrivateUnshardTrainIdentically) {
+  train::ParallelModel shared, apart;
+  const std::vector<std::string> sets{"train.steps=6", "parallel.expert_tp=2",
+                                      "parallel.expert_shard_dim=1"};
+  auto with = [&](const char* v) {
+    auto s = sets;
+    s.push_back(std::string("parallel.fsdp_host_shared=") + v);
+    return s;
+  };
+  const auto a = run("tp2_ep2_fsdp.yaml", with("true"), true, &shared);
+  const auto b = run("tp2_ep2_fsdp.yaml", with("false"), true, &apart);
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    EXPECT_EQ(a.losses[s], b.losses[s]) << "step " << s + 1;
+    EXPECT_EQ(a.grad_norms[s], b.grad_norms[s]) << "step " << s + 1;
+  }
+  for (const auto& [n, w] : a.weights) EXPECT_TRUE(at::equal(w, b.weights.at(n))) << n;
+  int in_window = 0;
+  for (auto& h : shared.fsdp) {
+    const auto& st = h.stats();
+    EXPECT_EQ(st.host_shared_params, st.per_param_collectives) << h.fqns().front();
+    if (!st.host_shared_params) continue;
+    ++in_window;
+    // 6 steps and an evaluation (2 batches) after step 5: the shards change 6 times as seen
+    // by the gathers (initial values, then after each of 5 optimizer steps), so 6 writes out
+    // of a forward gather per step and batch (and a backward refill per step where the group
+    // reshards after forward: all but the root and the last block).
+    EXPECT_GE(st.all_gathers, 8) << h.fqns().front();
+    EXPECT_EQ(st.host_window_writes, 6) << h.fqns().front();
+  }
+  EXPECT_GT(in_window, 0) << "no group took the host window";
+  for (auto& h : apart.fsdp) EXPECT_FALSE(h.stats().host_shared_params) << h.fqns().front();
+}
+
 TEST(DistTrain, GradientAccumulationEqualsOneBigBatch) {
   expect_matches(
       run("tp2_ep2_fsdp.yaml",

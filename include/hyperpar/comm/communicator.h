@@ -34,10 +34,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "hyperpar/comm/contract.h"
+#include "hyperpar/comm/host_window.h"
 #include "hyperpar/comm/options.h"
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/comm/work.h"
@@ -74,6 +76,12 @@ class Communicator {
   WorkHandle barrier(const CollectiveOptions& opts = {});
   WorkHandle send(const at::Tensor& t, int64_t peer, const CollectiveOptions& opts = {});
   WorkHandle recv(at::Tensor t, int64_t peer, const CollectiveOptions& opts = {});
+
+  /// A shared-memory window of `bytes` over this group (host_window.h). Collective: every
+  /// rank of the group calls it, in the same order relative to its other window requests.
+  /// nullptr (on every rank alike) where the group's ranks are not all on one host, the
+  /// backend's shared memory is off (HYPERPAR_<BACKEND>_SHM=0) or the backend has none.
+  virtual std::shared_ptr<HostWindow> host_window(size_t bytes);
 
  protected:
   // Backends: buffers are already checked; splits are already expanded to rows per rank.

@@ -34,6 +34,8 @@ class MpiCommunicator final : public Communicator {
                   std::string label);
   ~MpiCommunicator() override;
   const char* backend_name() const override { return "mpi"; }
+  /// Where the group's shared-memory rings are on (one host, HYPERPAR_MPI_SHM not 0).
+  std::shared_ptr<HostWindow> host_window(size_t bytes) override;
 
  protected:
   WorkHandle do_all_gather(at::Tensor out, at::Tensor in, bool async_op) override;

@@ -26,6 +26,12 @@
 // tensors see it) when backward reaches the module's output; FSDPOptions::reshard_to keeps
 // a larger post-forward shard so that refill stays within a smaller group.
 //
+// Host-shared (FSDPOptions::host_shared_params, the default): where the group goes per
+// parameter, frees everything after forward and its shard ranks share a host, the unsharded
+// parameters live once per host in a shared-memory window, and a gather is each rank writing
+// its rows there (only when its shards changed) and waiting for the others': no copy-out, and
+// "freeing" after forward only releases this rank's use of the window.
+//
 // Prefetch (set_modules_to_forward/backward_prefetch): a group's unshard also issues the
 // next groups' all-gathers asynchronously; they are waited on when those groups unshard, so
 // the communication overlaps this group's compute. A prefetched buffer is used only if no
@@ -71,6 +77,17 @@ enum class FSDPCollectives { kPerParam, kPerGroup };
 
 struct FSDPOptions {
   FSDPCollectives collectives = FSDPCollectives::kPerParam;
+  /// Where the group communicates per parameter, frees everything after forward (reshard_to
+  /// 0) and its shard ranks share a host with shared memory on: the unsharded parameters live
+  /// once per host, in a shared-memory window of the shard group (comm/host_window.h), and
+  /// every rank computes on them in place. An all-gather becomes: this rank writes its shard
+  /// there (only when it changed since it last did, e.g. after an optimizer step), then waits
+  /// until every rank has; no rank copies the other shards out, and nothing is allocated or
+  /// freed per step. Memory: the group's unsharded parameters stay resident, once per host
+  /// (not once per rank), for the group's life, where the private path holds them once per
+  /// rank while in use; off (false) keeps that per-rank behaviour. Results are bit-identical
+  /// either way.
+  bool host_shared_params = true;
   bool reshard_after_forward = true;
   /// With reshard_after_forward: 0 frees everything (backward all-gathers over the whole
   /// shard group); k (dividing the shard group size, e.g. the ranks of one node) keeps
@@ -107,6 +124,10 @@ struct FSDPStats {
   /// The group communicates per parameter (FSDPCollectives::kPerParam and a layout that
   /// allows it); known from its first gather or reduction.
   bool per_param_collectives = false;
+  /// The group's unsharded parameters are host-shared (FSDPOptions::host_shared_params);
+  /// known from its first gather. Its all-gathers are counted above, and of them:
+  bool host_shared_params = false;
+  int64_t host_window_writes = 0;  // gathers that wrote this rank's shard (it had changed)
 };
 
 class FSDPGroup;

@@ -21,8 +21,9 @@
 //              pp (pipeline stages' ranks, outermost mesh dim), pp_schedule (GPipe | 1F1B |
 //              Interleaved1F1B | InterleavedZeroBubble), pp_microbatches, pp_virtual_stages
 //              (stages per pp rank), fsdp_collectives (per_param | per_group:
-//              parallel/fsdp.h FSDPCollectives), pp_split ([first layer of each stage]; default
-//              even), activation_checkpoint (none | full | every:K | selective)}
+//              parallel/fsdp.h FSDPCollectives), fsdp_host_shared (true: one unsharded
+//              copy per host, FSDPOptions::host_shared_params), pp_split ([first layer of each
+//              stage]; default even), activation_checkpoint (none | full | every:K | selective)}
 //   train:    {steps, global_batch_size, micro_batches, seq_len, lr, warmup_steps,
 //              weight_decay, grad_clip, seed, optimizer (adamw|sgd),
 //              eval_interval (0: no evaluation), eval_batches (2)}
@@ -65,6 +66,7 @@ struct ParallelConfig {
   bool prefetch = true;  // FSDP all-gather prefetch of the next group (forward, backward)
   // FSDP collectives per group or per parameter (parallel/fsdp.h FSDPCollectives)
   parallel::FSDPCollectives fsdp_collectives = parallel::FSDPCollectives::kPerParam;
+  bool fsdp_host_shared = true;  // parallel/fsdp.h FSDPOptions::host_shared_params
   c10::ScalarType param_dtype = c10::kFloat, reduce_dtype = c10::kFloat;
   // Pipeline parallelism (parallel/pipeline/): world = pp x dp_replicate x dp_shard x tp.
   int64_t pp = 1, pp_microbatches = 1, pp_virtual_stages = 1;
