@@ -127,11 +127,15 @@ void HostWindow::publish(uint32_t epoch) {
 }
 
 void HostWindow::wait_published(uint32_t epoch) {
+  wait_all(&RankWords::published, epoch, "part of a host window");
+}
+
+void HostWindow::wait_all(uint32_t RankWords::*word, uint32_t epoch, const char* what) {
   for (int64_t r = 0; r < size_; ++r)
     if (r != rank_)
       shm::wait_word(
-          &words(r)->published, [epoch](uint32_t v) { return reached(v, epoch); }, r,
-          pids_[static_cast<size_t>(r)], "part of a host window");
+          &(words(r)->*word), [epoch](uint32_t v) { return reached(v, epoch); }, r,
+          pids_[static_cast<size_t>(r)], what);
 }
 
 bool HostWindow::published_by_all(uint32_t epoch) const {
@@ -141,11 +145,7 @@ bool HostWindow::published_by_all(uint32_t epoch) const {
 }
 
 void HostWindow::wait_released(uint32_t epoch) {
-  for (int64_t r = 0; r < size_; ++r)
-    if (r != rank_)
-      shm::wait_word(
-          &words(r)->released, [epoch](uint32_t v) { return reached(v, epoch); }, r,
-          pids_[static_cast<size_t>(r)], "release of a host window");
+  wait_all(&RankWords::released, epoch, "release of a host window");
 }
 
 }  // namespace hyperpar::comm

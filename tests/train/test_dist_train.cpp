@@ -94,26 +94,36 @@ TEST(DistTrain, Fsdp8NoReshard) {
       baseline(), 1e-5, "fsdp8");
 }
 
+// Two 6-step runs of tp2_ep2_fsdp.yaml (block groups per parameter, expert groups on dim 1,
+// StridedShard: per group) differing only in `key` (value a, then b), kept in pa and pb; their
+// losses, gradient norms and final weights must be bit-identical.
+static void expect_bit_identical_with(const std::string& key, const char* a, const char* b,
+                                      train::ParallelModel* pa, train::ParallelModel* pb) {
+  const std::vector<std::string> sets{"train.steps=6", "parallel.expert_tp=2",
+                                      "parallel.expert_shard_dim=1"};
+  auto with = [&](const char* v) {
+    auto s = sets;
+    s.push_back(key + "=" + v);
+    return s;
+  };
+  const auto ra = run("tp2_ep2_fsdp.yaml", with(a), true, pa);
+  const auto rb = run("tp2_ep2_fsdp.yaml", with(b), true, pb);
+  ASSERT_EQ(ra.losses.size(), rb.losses.size());
+  for (size_t s = 0; s < ra.losses.size(); ++s) {
+    EXPECT_EQ(ra.losses[s], rb.losses[s]) << key << ", step " << s + 1;
+    EXPECT_EQ(ra.grad_norms[s], rb.grad_norms[s]) << key << ", step " << s + 1;
+  }
+  for (const auto& [n, w] : ra.weights)
+    EXPECT_TRUE(at::equal(w, rb.weights.at(n))) << key << ", " << n;
+}
+
 // Per-parameter collectives (the default where every parameter splits evenly on dim 0)
 // and per-group ones move the same values: training is bit-identical, on a layout where
 // block groups go per parameter and the expert groups (dim 1, StridedShard) per group.
 TEST(DistTrain, PerParamAndPerGroupCollectivesTrainIdentically) {
   train::ParallelModel per_param, per_group;
-  const std::vector<std::string> sets{"train.steps=6", "parallel.expert_tp=2",
-                                      "parallel.expert_shard_dim=1"};
-  auto with = [&](const char* v) {
-    auto s = sets;
-    s.push_back(std::string("parallel.fsdp_collectives=") + v);
-    return s;
-  };
-  const auto a = run("tp2_ep2_fsdp.yaml", with("per_param"), true, &per_param);
-  const auto b = run("tp2_ep2_fsdp.yaml", with("per_group"), true, &per_group);
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    EXPECT_EQ(a.losses[s], b.losses[s]) << "step " << s + 1;
-    EXPECT_EQ(a.grad_norms[s], b.grad_norms[s]) << "step " << s + 1;
-  }
-  for (const auto& [n, w] : a.weights) EXPECT_TRUE(at::equal(w, b.weights.at(n))) << n;
+  expect_bit_identical_with("parallel.fsdp_collectives", "per_param", "per_group", &per_param,
+                            &per_group);
   int direct = 0, flat = 0;
   for (auto& h : per_param.fsdp) (h.stats().per_param_collectives ? direct : flat)++;
   EXPECT_GT(direct, 0) << "no group went per parameter";
@@ -127,21 +137,7 @@ TEST(DistTrain, PerParamAndPerGroupCollectivesTrainIdentically) {
 // writes its shard once per step (after each optimizer step), not once per gather.
 TEST(DistTrain, HostSharedAndPrivateUnshardTrainIdentically) {
   train::ParallelModel shared, apart;
-  const std::vector<std::string> sets{"train.steps=6", "parallel.expert_tp=2",
-                                      "parallel.expert_shard_dim=1"};
-  auto with = [&](const char* v) {
-    auto s = sets;
-    s.push_back(std::string("parallel.fsdp_host_shared=") + v);
-    return s;
-  };
-  const auto a = run("tp2_ep2_fsdp.yaml", with("true"), true, &shared);
-  const auto b = run("tp2_ep2_fsdp.yaml", with("false"), true, &apart);
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    EXPECT_EQ(a.losses[s], b.losses[s]) << "step " << s + 1;
-    EXPECT_EQ(a.grad_norms[s], b.grad_norms[s]) << "step " << s + 1;
-  }
-  for (const auto& [n, w] : a.weights) EXPECT_TRUE(at::equal(w, b.weights.at(n))) << n;
+  expect_bit_identical_with("parallel.fsdp_host_shared", "true", "false", &shared, &apart);
   int in_window = 0;
   for (auto& h : shared.fsdp) {
     const auto& st = h.stats();

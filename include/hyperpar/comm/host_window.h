@@ -65,6 +65,8 @@ class HostWindow {
  private:
   struct RankWords;  // in shared memory: one pair of futex words per rank
   RankWords* words(int64_t r) const;
+  // Waits until every other rank's `word` has reached `epoch`.
+  void wait_all(uint32_t RankWords::*word, uint32_t epoch, const char* what);
 
   int64_t size_, rank_;
   size_t bytes_, mapped_ = 0;
