@@ -112,7 +112,7 @@ void FSDPGroup::copy_out(const at::Tensor& flat, size_t i, at::Tensor dst) {
 }
 
 std::vector<at::Tensor> FSDPGroup::unshard_new() {
-  if (per_param()) return gather_per_param();
+  if (host_shared() || per_param()) return gather_per_param();
   at::Tensor flat = gather_flat();
   profile::Span span("fsdp", [&] { return "copy-out " + traffic_scope; });
   std::vector<at::Tensor> out;
@@ -155,7 +155,7 @@ at::Tensor FSDPGroup::regrown_alias(size_t i) {
 
 void FSDPGroup::refill() {
   if (!freed) return;
-  if (per_param()) {
+  if (host_shared() || per_param()) {
     gather_per_param();
     freed = false;
     return;

@@ -78,7 +78,8 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   // ---- gathering (fsdp_gather.cpp) ----
   // A prefetched all-gather in flight: its buffers and the shards' versions when issued.
   // Per parameter: one work per parameter, each writing dst[i] (fresh tensors for a
-  // forward, the freed unsharded storage for a refill).
+  // forward, the freed unsharded storage for a refill); host-shared: one work, dst[i] the
+  // parameters in the window.
   struct PendingGather {
     std::vector<comm::WorkHandle> works;
     at::Tensor send, recv;

@@ -70,7 +70,10 @@ size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 
 bool FSDPGroup::host_shared() {
   if (host_shared_cache) return *host_shared_cache;
-  if (opts.host_shared_params && !trivial && per_param()) {
+  // Any layout: rank r's rows of param i are rows [first_row(i, r), + rows(i, r)) of its
+  // FSDP dim, a contiguous block on dim 0 and a strided one on another dim, uneven or not.
+  // Not with reshard_to (the backward gathers within a smaller group, from kept chunks).
+  if (opts.host_shared_params && !trivial && !params.empty() && post_forward_size() == dp) {
     ensure_groups();
     const size_t elem = c10::elementSize(opts.param_dtype);
     size_t bytes = 0;
@@ -124,7 +127,7 @@ void FSDPGroup::begin_window_gather() {
       const int64_t n = rows(i, coord);
       if (n == 0) continue;
       window_alias(i)
-          .narrow(0, first_row(i, coord), n)
+          .narrow(dim[i], first_row(i, coord), n)
           .copy_(params[i]->data.detach().reshape(chunk_shape(i, n)));
     }
     window_written = std::move(current);

@@ -26,8 +26,8 @@
 // tensors see it) when backward reaches the module's output; FSDPOptions::reshard_to keeps
 // a larger post-forward shard so that refill stays within a smaller group.
 //
-// Host-shared (FSDPOptions::host_shared_params, the default): where the group goes per
-// parameter, frees everything after forward and its shard ranks share a host, the unsharded
+// Host-shared (FSDPOptions::host_shared_params, the default): where the group frees
+// everything after forward and its shard ranks share a host, the unsharded
 // parameters live once per host in a shared-memory window, and a gather is each rank writing
 // its rows there (only when its shards changed) and waiting for the others': no copy-out, and
 // "freeing" after forward only releases this rank's use of the window.
@@ -77,8 +77,8 @@ enum class FSDPCollectives { kPerParam, kPerGroup };
 
 struct FSDPOptions {
   FSDPCollectives collectives = FSDPCollectives::kPerParam;
-  /// Where the group communicates per parameter, frees everything after forward (reshard_to
-  /// 0) and its shard ranks share a host with shared memory on: the unsharded parameters live
+  /// Where the group frees everything after forward (reshard_to 0) and its shard ranks share
+  /// a host with shared memory on (any shard dim, padded or not): the unsharded parameters live
   /// once per host, in a shared-memory window of the shard group (comm/host_window.h), and
   /// every rank computes on them in place. An all-gather becomes: this rank writes its shard
   /// there (only when it changed since it last did, e.g. after an optimizer step), then waits
