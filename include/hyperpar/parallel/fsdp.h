@@ -19,12 +19,13 @@
 //   shard_placement_fn -> 1 gives each rank [2, 176, 512] and no padding (torchtitan's
 //   choice for experts; least_padded_dim below picks it; the trainer uses it for every group).
 //
-// Forward: the module's pre-forward hook unshards its group with ONE flat all-gather
-// (copy-in of every local shard, padded, cast to param_dtype; copy-out into per-parameter
-// unsharded tensors). With reshard_after_forward the unsharded storage is freed after the
-// module's forward and refilled (all-gather again, written through an alias so saved
-// tensors see it) when backward reaches the module's output; FSDPOptions::reshard_to keeps
-// a larger post-forward shard so that refill stays within a smaller group.
+// Forward: the module's pre-forward hook unshards its group: host-shared (below) where it
+// can; else per parameter (FSDPCollectives, below) where every parameter splits evenly on dim
+// 0; else with one flat all-gather (copy-in of every local shard, padded, cast to param_dtype;
+// copy-out into per-parameter unsharded tensors). With reshard_after_forward the unsharded storage
+// is freed after the module's forward and refilled (all-gather again, written through an alias so
+// saved tensors see it) when backward reaches the module's output; FSDPOptions::reshard_to keeps a
+// larger post-forward shard so that refill stays within a smaller group.
 //
 // Host-shared (FSDPOptions::host_shared_params, the default): where the group frees
 // everything after forward and its shard ranks share a host, the unsharded
