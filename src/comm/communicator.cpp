@@ -88,7 +88,9 @@ class WatchedWork final : public Work {
 
 }  // namespace
 
-uint64_t Communicator::watch(const CallSite& s) const {
+std::string Communicator::watch_name(const std::string& op, const std::string& tag,
+                                     const std::string& note) const {
+  const CallSite s{op, label_ + " (" + backend_name() + ")", tag};
   std::string what = s.op + " on " + s.group;
   if (s.group.find("ranks [") == std::string::npos) {
     what += " ranks [";
@@ -96,7 +98,19 @@ uint64_t Communicator::watch(const CallSite& s) const {
     what += "]";
   }
   if (!s.tag.empty()) what += ", tag '" + s.tag + "'";
-  return watch_begin(std::move(what));
+  return what + note;
+}
+
+uint64_t Communicator::watch(const CallSite& s) const {
+  return watch_begin(watch_name(s.op, s.tag));
+}
+
+WorkHandle Communicator::watched(WorkHandle inner, const std::string& op, const std::string& tag,
+                                 const std::string& note) const {
+  const CallSite s = site(op.c_str(), CollectiveOptions{tag, true});
+  return std::make_shared<WatchedWork>(std::move(inner), watch_begin(watch_name(op, tag, note)), op,
+                                       s.tag.empty() ? s.group : s.tag + " on " + s.group,
+                                       profile::now_us());
 }
 
 WorkHandle Communicator::finish(WorkHandle work, WatchScope& watched, const CollectiveOptions& opts,

@@ -97,13 +97,7 @@ HostWindow::HostWindow(const Exchange& exchange, int64_t size, int64_t rank, siz
       }
     }
   }
-  const auto oks = exchange(ok ? "1" : "0", 1);
-  for (size_t r = 0; r < oks.size() && ok; ++r)
-    if (oks[r] != "1") {
-      ok = false;
-      disabled_reason_ = "rank " + std::to_string(r) + " could not map the segment";
-    }
-  enabled_ = ok;
+  enabled_ = shm::every_rank_succeeded(exchange, ok, disabled_reason_, "map the segment");
 }
 
 HostWindow::~HostWindow() {

@@ -74,13 +74,7 @@ ShmRing::ShmRing(const Exchange& exchange, int64_t size, int64_t rank, size_t ca
     maps_[static_cast<size_t>(r)] = static_cast<char*>(m);
   }
   // Every rank must agree: one rank unable to map a peer disables the ring for all.
-  const auto oks = exchange(ok ? "1" : "0", 1);
-  for (size_t r = 0; r < oks.size() && ok; ++r)
-    if (oks[r] != "1") {
-      ok = false;
-      disabled_reason_ = "rank " + std::to_string(r) + " could not map every segment";
-    }
-  enabled_ = ok;
+  enabled_ = shm::every_rank_succeeded(exchange, ok, disabled_reason_, "map every segment");
   data_.assign(static_cast<size_t>(size_), nullptr);
   for (size_t r = 0; r < maps_.size(); ++r)
     if (maps_[r]) data_[r] = maps_[r] + kHeaderBytes;

@@ -44,6 +44,18 @@ std::chrono::steady_clock::time_point wait_deadline() {
 
 void wake_all(uint32_t* word) { futex(word, FUTEX_WAKE, INT_MAX, nullptr); }
 
+bool every_rank_succeeded(
+    const std::function<std::vector<std::string>(const std::string&, int)>& exchange, bool ok,
+    std::string& reason, const std::string& what) {
+  const auto oks = exchange(ok ? "1" : "0", 1);
+  for (size_t r = 0; r < oks.size() && ok; ++r)
+    if (oks[r] != "1") {
+      ok = false;
+      reason = "rank " + std::to_string(r) + " could not " + what;
+    }
+  return ok;
+}
+
 bool process_gone(int64_t pid) { return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 
 void wait_word(uint32_t* word, const std::function<bool(uint32_t)>& done, int64_t peer, int64_t pid,

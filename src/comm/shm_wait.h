@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace hyperpar::comm::shm {
 
@@ -25,6 +26,14 @@ void wake_all(uint32_t* word);
 /// names the awaited event in both.
 void wait_word(uint32_t* word, const std::function<bool(uint32_t)>& done, int64_t peer, int64_t pid,
                const char* what);
+
+/// Round 1 of a set-up exchange (ShmRing::Exchange, HostWindow::Exchange: the same type):
+/// every rank says whether its own set-up succeeded (`ok`). True only if every rank's did;
+/// otherwise `reason` (when this rank's own set-up succeeded) names the first rank that
+/// could not `what`, so every rank disables alike.
+bool every_rank_succeeded(
+    const std::function<std::vector<std::string>(const std::string&, int)>& exchange, bool ok,
+    std::string& reason, const std::string& what);
 
 /// Whether process `pid` no longer exists.
 bool process_gone(int64_t pid);

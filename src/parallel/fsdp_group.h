@@ -130,7 +130,6 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   std::optional<bool> host_shared_cache;
   std::shared_ptr<comm::HostWindow> window;
   std::vector<size_t> window_offset;
-  std::string window_group;   // "mesh dim dp_shard ranks [0, 2] (host window)"
   uint32_t window_epoch = 0;  // the last epoch this rank published
   uint32_t used_epoch = 0;    // the epoch whose data `unsharded` shows
   std::vector<std::pair<const void*, int64_t>>

@@ -17,51 +17,18 @@
 namespace hyperpar::parallel {
 namespace {
 
-// A gather of the window: complete once every rank has published its epoch. Like the
-// all-gather it replaces (comm/communicator.cpp), it is registered with the collective watchdog
-// (comm/watchdog.h) until then, so that a stopped or hung peer is reported naming the group,
-// and when profiling it is on the "collectives in flight" track from issue to completion, its
-// blocking wait on the main track.
+// A gather of the window: complete once every rank has published its epoch (watched and
+// profiled by its communicator like the all-gather it replaces: Communicator::watched).
 class WindowWork final : public comm::Work {
  public:
-  WindowWork(std::shared_ptr<comm::HostWindow> window, uint32_t epoch, const std::string& what,
-             std::string detail)
-      : window_(std::move(window)),
-        epoch_(epoch),
-        watch_(comm::watch_begin(what)),
-        traced_(profile::enabled()),
-        detail_(std::move(detail)),
-        began_(traced_ ? profile::now_us() : 0) {}
-  ~WindowWork() override { end(); }
-  void wait() override {
-    const int64_t t0 = traced_ ? profile::now_us() : 0;
-    window_->wait_published(epoch_);
-    if (traced_)
-      profile::complete("wait all_gather_into_tensor", "comm", t0, profile::now_us(),
-                        profile::kMain, detail_);
-    end();
-  }
-  bool is_completed() override {
-    if (!window_->published_by_all(epoch_)) return false;
-    end();
-    return true;
-  }
+  WindowWork(std::shared_ptr<comm::HostWindow> window, uint32_t epoch)
+      : window_(std::move(window)), epoch_(epoch) {}
+  void wait() override { window_->wait_published(epoch_); }
+  bool is_completed() override { return window_->published_by_all(epoch_); }
 
  private:
-  void end() {
-    if (watch_) comm::watch_end(watch_);
-    watch_ = 0;
-    if (traced_)
-      profile::complete("all_gather_into_tensor", "comm", began_, profile::now_us(), profile::kComm,
-                        detail_);
-    traced_ = false;
-  }
   std::shared_ptr<comm::HostWindow> window_;
   uint32_t epoch_;
-  uint64_t watch_;
-  bool traced_;
-  std::string detail_;
-  int64_t began_;
 };
 
 size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
@@ -85,15 +52,6 @@ bool FSDPGroup::host_shared() {
     }
     window = shard_group->host_window(bytes);
     if (!window) window_offset.clear();
-    // How the watchdog and the profiler name the group (as comm/communicator.cpp does).
-    window_group = shard_group->label();
-    if (window_group.find("ranks [") == std::string::npos) {
-      window_group += " ranks [";
-      for (size_t r = 0; r < shard_group->ranks().size(); ++r)
-        window_group += (r ? ", " : "") + std::to_string(shard_group->ranks()[r]);
-      window_group += "]";
-    }
-    window_group += " (host window)";
   }
   host_shared_cache = window != nullptr;
   stats.host_shared_params = *host_shared_cache;
@@ -116,11 +74,12 @@ void FSDPGroup::begin_window_gather() {
   std::vector<std::pair<const void*, int64_t>> current;
   for (auto* p : params)
     current.emplace_back(p->data.data_ptr(), static_cast<int64_t>(p->data._version()));
-  const std::string what = "all_gather_into_tensor on " + window_group + ", tag '" + tag + "'";
   if (current != window_written) {
     profile::Span span("fsdp", [&] { return "host window write " + traffic_scope; });
     {
-      comm::WatchScope watched(what + ", waiting for the peers to release the previous epoch");
+      comm::WatchScope watched(shard_group->watch_name(
+          "all_gather_into_tensor", tag,
+          " (host window), waiting for the peers to release the previous epoch"));
       window->wait_released(epoch - 1);
     }
     for (size_t i = 0; i < params.size(); ++i) {
@@ -135,8 +94,8 @@ void FSDPGroup::begin_window_gather() {
   }
   window->publish(epoch);
   PendingGather pg{{}, at::Tensor(), at::Tensor(), shard_versions(), false, {}, freed, epoch};
-  pg.works.push_back(
-      std::make_shared<WindowWork>(window, epoch, what, tag + " on " + window_group));
+  pg.works.push_back(shard_group->watched(std::make_shared<WindowWork>(window, epoch),
+                                          "all_gather_into_tensor", tag, " (host window)"));
   const double elem = static_cast<double>(c10::elementSize(opts.param_dtype));
   for (size_t i = 0; i < params.size(); ++i) {
     pg.dst.push_back(window_alias(i));

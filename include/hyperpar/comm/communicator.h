@@ -77,6 +77,17 @@ class Communicator {
   WorkHandle send(const at::Tensor& t, int64_t peer, const CollectiveOptions& opts = {});
   WorkHandle recv(at::Tensor t, int64_t peer, const CollectiveOptions& opts = {});
 
+  /// An operation made outside this class's collectives (FSDP's host-shared gathers,
+  /// host_window.h) watched and profiled as one of them: registered with the collective
+  /// watchdog until `inner` completes, under watch_name(op, tag, note), and drawn as `op` on
+  /// the profiler's collectives-in-flight track (its blocking wait on the main track).
+  WorkHandle watched(WorkHandle inner, const std::string& op, const std::string& tag,
+                     const std::string& note) const;
+  /// How the watchdog names an operation of this group: "<op> on <label> (<backend>) ranks
+  /// [..], tag '<tag>'<note>" (the ranks only where the label does not list them).
+  std::string watch_name(const std::string& op, const std::string& tag,
+                         const std::string& note = "") const;
+
   /// A shared-memory window of `bytes` over this group (host_window.h). Collective: every
   /// rank of the group calls it, in the same order relative to its other window requests.
   /// nullptr (on every rank alike) where the group's ranks are not all on one host, the
