@@ -2,6 +2,7 @@
 
 #include "hyperpar/comm/watchdog.h"
 #include "hyperpar/core/error.h"
+#include "shm_arena.h"
 #include "shm_collective.h"
 
 #ifdef HYPERPAR_HAVE_GLOO
@@ -267,6 +268,7 @@ class GlooCommunicator final : public Communicator {
             C10dWork(pg->recv(t, static_cast<int>(peer), tag), nullptr).wait();
           }};
       shm_ = std::make_unique<ShmCollectives>(std::move(ring), n, me, std::move(fallback));
+      if (shm_->enabled()) ShmArena::install_for_process();  // reduce-scatters lend gradients
     }
   }
   const char* backend_name() const override { return "gloo"; }

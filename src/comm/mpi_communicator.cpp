@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hyperpar/core/error.h"
+#include "shm_arena.h"
 #include "shm_collective.h"
 
 namespace hyperpar::comm {
@@ -267,6 +268,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::vector<int64_t> ranks, int6
                   "MPI_Recv");
       }};
   shm_ = std::make_unique<ShmCollectives>(std::move(ring), size(), rank(), std::move(fallback));
+  ShmArena::install_for_process();  // so reduce-scatters lend gradients instead of copying
 }
 
 MpiCommunicator::~MpiCommunicator() {

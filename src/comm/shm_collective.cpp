@@ -6,13 +6,53 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "../core/simd_clones.h"
 #include "hyperpar/core/error.h"
+#include "shm_arena.h"
 
 namespace hyperpar::comm {
 
 namespace {
+
+constexpr int64_t kSumBlock = 2048;  // 8 KiB of float32 accumulators: stays in L1
+
+// out[i] = ((src[0][i] + src[1][i]) + src[2][i]) + ... for i < len <= kSumBlock: the rank-order
+// sum, element by element (vectorising it reorders nothing), divided by `divide_by` unless 0.
+HP_SIMD_CLONES
+void sum_float_block(const float* const* src, int64_t n_src, int64_t len, float* out,
+                     float divide_by) {
+  float acc[kSumBlock];
+  if (n_src == 1) {
+    for (int64_t i = 0; i < len; ++i) acc[i] = src[0][i];
+  } else {
+    const float *a = src[0], *b = src[1];
+    for (int64_t i = 0; i < len; ++i) acc[i] = a[i] + b[i];
+  }
+  for (int64_t p = 2; p < n_src; ++p) {
+    const float* sp = src[p];
+    for (int64_t i = 0; i < len; ++i) acc[i] += sp[i];
+  }
+  if (divide_by != 0.0f)
+    for (int64_t i = 0; i < len; ++i) out[i] = acc[i] / divide_by;
+  else
+    for (int64_t i = 0; i < len; ++i) out[i] = acc[i];
+}
+
+// Whether anything but this operation holds lent input `t`: a handle to it beyond the
+// operation's own `handles`, or another tensor on its memory (the view base that only t keeps
+// alive aside).
+bool held_elsewhere(const at::Tensor& t, size_t handles) {
+  if (t.use_count() > handles) return true;
+  size_t own = 1;
+  if (t.is_view()) {
+    if (t._base().use_count() > 1) return true;  // more than t's view record holds the base
+    own = 2;
+  }
+  return t.storage().use_count() > own;
+}
 
 std::string env_or(const std::string& name, const std::string& fallback) {
   const char* v = std::getenv(name.c_str());
@@ -40,6 +80,15 @@ class ShmCollectiveWork final : public FinishingWork {
         average_(average && kind_ != Kind::kAllGather),
         gather_(kind_ == Kind::kAllGather),
         chunk_(gather_ ? in_.numel() : out_.numel() * out_.element_size()) {
+    // A reduce-scatter input that autograd (or anyone) already put in this process's shared
+    // arena is lent where it lies: peers read their parts from it, nothing is copied.
+    const auto lendable = kind_ == Kind::kReduceScatter ? ShmArena::lendable(in_) : std::nullopt;
+    if (lendable) {
+      lent_ = true;
+      ring_->publish_lent(seq_, lendable->fd, lendable->id, lendable->arena_bytes, lendable->offset,
+                          std::make_shared<const at::Tensor>(in_));
+      return;
+    }
     // Bytes this rank contributes, and where in them the part for rank p starts.
     const int64_t mine = kind_ == Kind::kReduceScatter ? chunk_ * n_ : chunk_;
     const auto region = ring_->begin(seq_, static_cast<size_t>(mine));
@@ -75,7 +124,7 @@ class ShmCollectiveWork final : public FinishingWork {
     // Every contribution to this rank, as bytes: in its owner's ring, received over the
     // fallback, or (reductions) this rank's own input.
     std::vector<const char*> src(static_cast<size_t>(n_), nullptr);
-    std::vector<bool> in_ring(static_cast<size_t>(n_), false);
+    std::vector<bool> in_ring(static_cast<size_t>(n_), false), lent(static_cast<size_t>(n_), false);
     std::vector<at::Tensor> received;
     for (int64_t p = 0; p < n_; ++p) {
       if (p == me_) {
@@ -86,6 +135,9 @@ class ShmCollectiveWork final : public FinishingWork {
       in_ring[p] = note.in_ring;
       if (note.in_ring) {
         src[p] = ring_->data(p) + note.offset + part(me_);
+      } else if (note.lent) {
+        src[p] = ring_->lent_data(p, note) + part(me_);
+        lent[p] = true;
       } else {
         at::Tensor buf =
             gather_ ? out_.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
@@ -102,7 +154,15 @@ class ShmCollectiveWork final : public FinishingWork {
       sum_in_rank_order(src);
     }
     for (int64_t p = 0; p < n_; ++p)
+      if (lent[p]) ShmArena::done_reading_peer(src[p], static_cast<size_t>(chunk_));
+    for (int64_t p = 0; p < n_; ++p)
       if (p != me_) ring_->mark_read(p, seq_);
+    // Lent data the caller still holds (it may write it once this returns, as after any
+    // collective) must be read by every peer first; data only this operation holds stays
+    // with the ring until it is read, and this rank goes on at once.
+    // (While peers may read it, the ring holds a second handle to `in_`.)
+    if (lent_ && ring_->live(seq_) && held_elsewhere(in_, 2)) ring_->wait_all_read(seq_);
+    ring_->reclaim();
   }
 
   at::Tensor from_bytes(const char* bytes, at::ScalarType dtype) const {
@@ -140,10 +200,22 @@ class ShmCollectiveWork final : public FinishingWork {
   template <typename T, typename Acc>
   // `divide` (only where T is Acc): each stored sum divided by the group size.
   void sum_blocks(const std::vector<const char*>& src, bool divide) {
-    constexpr int64_t kBlock = 2048;  // 8 KiB of float32 accumulators: stays in L1
+    constexpr int64_t kBlock = kSumBlock;
     const int64_t count = chunk_ / static_cast<int64_t>(sizeof(T));
     T* out = out_.data_ptr<T>();
     const Acc n = static_cast<Acc>(n_);
+    if constexpr (std::is_same_v<T, float>) {  // the hot case: vectorised for the machine
+      at::parallel_for(0, (count + kBlock - 1) / kBlock, 16, [&](int64_t b0, int64_t b1) {
+        std::vector<const float*> at_block(src.size());
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t first = b * kBlock, len = std::min(kBlock, count - first);
+          for (size_t p = 0; p < src.size(); ++p)
+            at_block[p] = reinterpret_cast<const float*>(src[p]) + first;
+          sum_float_block(at_block.data(), n_, len, out + first, divide ? n : 0.0f);
+        }
+      });
+      return;
+    }
     at::parallel_for(0, (count + kBlock - 1) / kBlock, 16, [&](int64_t b0, int64_t b1) {
       Acc acc[kBlock];
       for (int64_t b = b0; b < b1; ++b) {
@@ -180,6 +252,7 @@ class ShmCollectiveWork final : public FinishingWork {
   int tag_;
   bool average_;  // reductions: divide the sum by n_
   bool gather_;
+  bool lent_ = false;  // this rank's input is lent from its arena, not copied into its ring
   int64_t chunk_;
   std::vector<WorkHandle> sends_;
 };

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "hyperpar/core/error.h"
+#include "shm_arena.h"
 #include "shm_wait.h"
 
 namespace hyperpar::comm {
@@ -24,10 +25,14 @@ size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
 // One per operation slot, in the owner's segment; written by the owner (note) and by the
 // readers (reads).
 struct ShmRing::Slot {
-  uint64_t reads;    // peers done with this slot's operation (reset by the owner on reuse)
-  uint32_t ready;    // (uint32_t)(seq + 1) once the note is published: the futex word
-  uint32_t in_ring;  // the data is in the owner's ring (else it comes over the backend)
-  uint64_t offset;   // where in the owner's data area
+  uint32_t reads;        // peers done with this slot's operation (reset by the owner on reuse);
+                         // a futex word where the data is lent
+  uint32_t ready;        // (uint32_t)(seq + 1) once the note is published: the futex word
+  uint32_t where;        // 0: over the backend; 1: in the owner's ring; 2: lent from its arena
+  int32_t arena_fd;      // lent: the owner's arena (shm_arena.h)
+  uint64_t offset;       // where in the owner's data area, or in its arena
+  uint64_t arena_bytes;  // lent: the arena's size
+  uint64_t arena_id;     // lent: which arena (ShmArena::Lent::id)
 };
 
 ShmRing::ShmRing(const Exchange& exchange, int64_t size, int64_t rank, size_t capacity_bytes)
@@ -95,7 +100,7 @@ void ShmRing::reclaim() {
   // Any region every peer has read, not only the oldest: a slow reader of one operation
   // must not pin the (lower) regions of later ones that are already read. The note slot of
   // an operation is only reused kSlots operations later, after it is reclaimed (begin).
-  const uint64_t all = static_cast<uint64_t>(size_ - 1);
+  const auto all = static_cast<uint32_t>(size_ - 1);
   live_.erase(std::remove_if(live_.begin(), live_.end(),
                              [&](const Live& l) {
                                Slot* s = slot(rank_, l.seq);
@@ -107,8 +112,7 @@ void ShmRing::reclaim() {
               live_.end());
 }
 
-std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
-  if (!enabled_) return std::nullopt;
+void ShmRing::take_slot(uint64_t seq) {
   reclaim();
   // The note slot is shared with operation seq - kSlots: wait until every peer has read it
   // (only when a peer is kSlots operations behind; never in practice).
@@ -124,6 +128,11 @@ std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
     usleep(1000);
     reclaim();
   }
+}
+
+std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
+  if (!enabled_) return std::nullopt;
+  take_slot(seq);
   bytes = aligned(std::max<size_t>(bytes, 1));
   // The lowest free gap that fits, between the regions still being read. Regions are
   // reclaimed oldest first but placed lowest first, so the pages in use (counted in every
@@ -140,13 +149,27 @@ std::optional<size_t> ShmRing::begin(uint64_t seq, size_t bytes) {
     gap = e;
   }
   if (capacity_ >= gap && capacity_ - gap >= bytes) at = gap;
-  live_.push_back({seq, at.has_value(), at.value_or(0), bytes});
+  live_.push_back({seq, at.has_value(), at.value_or(0), bytes, nullptr});
   return at;
+}
+
+void ShmRing::publish_lent(uint64_t seq, int arena_fd, uint64_t arena_id, size_t arena_bytes,
+                           size_t offset, std::shared_ptr<const void> keep) {
+  take_slot(seq);
+  live_.push_back({seq, false, 0, 0, std::move(keep)});
+  Slot* s = slot(rank_, seq);
+  s->where = 2;
+  s->arena_fd = arena_fd;
+  s->offset = offset;
+  s->arena_bytes = arena_bytes;
+  s->arena_id = arena_id;
+  __atomic_store_n(&s->ready, static_cast<uint32_t>(seq + 1), __ATOMIC_RELEASE);
+  shm::wake_all(&s->ready);
 }
 
 void ShmRing::publish(uint64_t seq, const std::optional<size_t>& region) {
   Slot* s = slot(rank_, seq);
-  s->in_ring = region ? 1 : 0;
+  s->where = region ? 1 : 0;
   s->offset = region.value_or(0);
   __atomic_store_n(&s->ready, static_cast<uint32_t>(seq + 1), __ATOMIC_RELEASE);
   shm::wake_all(&s->ready);
@@ -161,11 +184,42 @@ void ShmRing::wait_until(int64_t owner, uint32_t* word, uint32_t want, const cha
 ShmRing::Note ShmRing::wait_note(int64_t owner, uint64_t seq) {
   Slot* s = slot(owner, seq);
   wait_until(owner, &s->ready, static_cast<uint32_t>(seq + 1), "data");
-  return Note{s->in_ring != 0, static_cast<size_t>(s->offset)};
+  return Note{s->where == 1, static_cast<size_t>(s->offset),     s->where == 2, s->arena_fd,
+              s->arena_id,   static_cast<size_t>(s->arena_bytes)};
+}
+
+const char* ShmRing::lent_data(int64_t owner, const Note& note) {
+  std::string error;
+  const char* arena = ShmArena::map_peer(pids_[static_cast<size_t>(owner)], note.arena_fd,
+                                         note.arena_id, note.arena_bytes, &error);
+  if (!arena)
+    throw PeerError(detail::concat("shared-memory collective: cannot read rank ", owner,
+                                   "'s lent data: ", error));
+  return arena + note.offset;
 }
 
 void ShmRing::mark_read(int64_t owner, uint64_t seq) {
-  __atomic_fetch_add(&slot(owner, seq)->reads, 1, __ATOMIC_RELEASE);
+  Slot* s = slot(owner, seq);
+  const bool lent = s->where == 2;  // read before the count: the owner may reuse the slot after
+  __atomic_fetch_add(&s->reads, 1, __ATOMIC_RELEASE);
+  if (lent) shm::wake_all(&s->reads);
+}
+
+bool ShmRing::live(uint64_t seq) const {
+  return std::any_of(live_.begin(), live_.end(), [seq](const Live& l) { return l.seq == seq; });
+}
+
+void ShmRing::wait_all_read(uint64_t seq) {
+  reclaim();  // an operation every peer has read is no longer live (its count is reset)
+  if (!live(seq)) return;
+  std::vector<std::pair<int64_t, int64_t>> peers;
+  for (int64_t r = 0; r < size_; ++r)
+    if (r != rank_) peers.emplace_back(r, pids_[static_cast<size_t>(r)]);
+  const auto all = static_cast<uint32_t>(size_ - 1);
+  shm::wait_word(
+      &slot(rank_, seq)->reads, [all](uint32_t v) { return v == all; }, peers,
+      "read of this rank's lent data");
+  reclaim();
 }
 
 }  // namespace hyperpar::comm

@@ -60,6 +60,11 @@ bool process_gone(int64_t pid) { return kill(static_cast<pid_t>(pid), 0) != 0 &&
 
 void wait_word(uint32_t* word, const std::function<bool(uint32_t)>& done, int64_t peer, int64_t pid,
                const char* what) {
+  wait_word(word, done, std::vector<std::pair<int64_t, int64_t>>{{peer, pid}}, what);
+}
+
+void wait_word(uint32_t* word, const std::function<bool(uint32_t)>& done,
+               const std::vector<std::pair<int64_t, int64_t>>& peers, const char* what) {
   for (int i = 0; i < 64; ++i) {
     if (done(__atomic_load_n(word, __ATOMIC_ACQUIRE))) return;
     cpu_relax();
@@ -70,10 +75,12 @@ void wait_word(uint32_t* word, const std::function<bool(uint32_t)>& done, int64_
     const uint32_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
     if (done(now)) return;
     if (futex(word, FUTEX_WAIT, now, &tick) == 0 || errno != ETIMEDOUT) continue;
-    if (process_gone(pid))
-      throw PeerError(detail::concat("shared-memory collective: rank ", peer, " (pid ", pid,
-                                     ") exited while this rank waited for its ", what));
-    HP_CHECK(std::chrono::steady_clock::now() < deadline, "shared-memory collective: rank ", peer,
+    for (const auto& [peer, pid] : peers)
+      if (process_gone(pid))
+        throw PeerError(detail::concat("shared-memory collective: rank ", peer, " (pid ", pid,
+                                       ") exited while this rank waited for its ", what));
+    HP_CHECK(std::chrono::steady_clock::now() < deadline, "shared-memory collective: ",
+             peers.size() == 1 ? "rank " + std::to_string(peers[0].first) : std::string("a peer"),
              " did not publish its ", what, " within the collective timeout");
   }
 }

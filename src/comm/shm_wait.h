@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hyperpar::comm::shm {
@@ -26,6 +27,9 @@ void wake_all(uint32_t* word);
 /// names the awaited event in both.
 void wait_word(uint32_t* word, const std::function<bool(uint32_t)>& done, int64_t peer, int64_t pid,
                const char* what);
+/// The same, where any of `peers` (group rank, pid) may be the one to change the word.
+void wait_word(uint32_t* word, const std::function<bool(uint32_t)>& done,
+               const std::vector<std::pair<int64_t, int64_t>>& peers, const char* what);
 
 /// Round 1 of a set-up exchange (ShmRing::Exchange, HostWindow::Exchange: the same type):
 /// every rank says whether its own set-up succeeded (`ok`). True only if every rank's did;

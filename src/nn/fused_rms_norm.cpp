@@ -5,14 +5,14 @@
 
 #include <cmath>
 
+#include "../core/simd_clones.h"
 #include "hyperpar/nn/fused_ops.h"
-#include "simd_clones.h"
 
 namespace hyperpar::nn {
 
 namespace {
 
-using simd::kLanes;
+using hyperpar::simd::kLanes;
 
 // y = (x * r) * w for one row; returns r = 1 / sqrt(mean(x^2) + eps).
 HP_SIMD_CLONES

@@ -4,9 +4,9 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "../core/simd_clones.h"
 #include "hyperpar/core/error.h"
 #include "hyperpar/nn/fused_ops.h"
-#include "simd_clones.h"
 
 namespace hyperpar::nn {
 

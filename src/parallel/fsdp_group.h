@@ -145,7 +145,6 @@ class FSDPGroup : public std::enable_shared_from_this<FSDPGroup> {
   struct PendingReduce {
     std::vector<comm::WorkHandle> works;
     at::Tensor send, recv;
-    std::vector<at::Tensor> grads;  // per parameter: the unsharded gradients being reduced
   };
   std::optional<PendingReduce> pending_reduce;
 

@@ -34,12 +34,15 @@ std::vector<at::Tensor> FSDPGroup::reduce_grads(const std::vector<at::Tensor>& g
     at::Tensor recv = reused(reduce_recv, segment, opts.reduce_dtype);
     finish_all_reductions();  // at most one reduce-scatter in flight (bounds memory)
     comm::TrafficScope scope(traffic_scope);
-    PendingReduce pr{{}, at::Tensor(), recv, {}};
+    // The works hold the gradients until they are reduced; holding none here lets a
+    // shared-memory reduce-scatter lend a gradient to its peers and go on without waiting
+    // for them to read it (shm_arena.h).
+    PendingReduce pr{{}, at::Tensor(), recv};
     for (size_t i = 0; i < params.size(); ++i) {
       at::Tensor g = full[i].contiguous();
+      full[i] = at::Tensor();
       pr.works.push_back(shard_group->reduce_scatter_tensor(
           recv.narrow(0, offset[i], params[i]->data.numel()), g, reduce_op(), {tag, true}));
-      pr.grads.push_back(g);
     }
     ++stats.reduce_scatters;
     issued_reduce(std::move(pr), in_backward);
@@ -66,7 +69,7 @@ std::vector<at::Tensor> FSDPGroup::reduce_grads(const std::vector<at::Tensor>& g
   comm::TrafficScope scope(traffic_scope);
   auto work = shard_group->reduce_scatter_tensor(recv, send, reduce_op(), {tag, true});
   ++stats.reduce_scatters;
-  issued_reduce(PendingReduce{{work}, send, recv, {}}, in_backward);
+  issued_reduce(PendingReduce{{work}, send, recv}, in_backward);
   return out;
 }
 

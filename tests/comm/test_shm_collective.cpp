@@ -4,20 +4,26 @@
 // sum and average reduce-scatter and all-reduce must equal the sums computed directly, in rank
 // order, bitwise (the same values on every rank); bf16 sums accumulate in float32.
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <tuple>
 
+#include "../src/comm/shm_arena.h"
 #include "../src/comm/shm_collective.h"
 #include "hyperpar/core/error.h"
 #include "local_exchange.h"
 
+using hyperpar::comm::ShmArena;
 using hyperpar::comm::ShmCollectives;
 using hyperpar::comm::ShmRing;
 using hyperpar::comm::WorkHandle;
@@ -193,6 +199,69 @@ TEST(ShmCollectives, OperationsWithoutRoomGoOverTheFallbackWithTheSameResults) {
   // all-reduce then sends its own tensor, which it may overwrite only once that is received).
   check_collectives(4096, 1000, /*expect_fallback=*/true);
   check_collectives(4096, 1100, /*expect_fallback=*/true);
+}
+
+// Reduce-scatter inputs that lie in their rank's arena (shm_arena.h) are lent, not copied: with
+// 4 KiB rings every copied 384 KiB input would go over the fallback, lent ones never do. A rank
+// that lets go of its input at once (as FSDP does with a gradient) goes on before its peers have
+// read, and its next block must not take the lent one's place; a rank that keeps its input may
+// overwrite it once its wait returns (which is after every peer has read). Slow peers (asleep
+// until rank 0 has let go and written a new block, or for 100 ms while it waits) must still get
+// exact sums.
+TEST(ShmCollectives, ReduceScatterLendsArenaInputsWhereTheyLie) {
+  Mailbox mail;
+  constexpr int64_t n = 1 << 15;  // 128 KiB per chunk
+  std::vector<std::unique_ptr<ShmArena>> arenas;
+  for (int64_t r = 0; r < kRanks; ++r)
+    arenas.push_back(std::make_unique<ShmArena>(size_t{16} << 20, size_t{64} << 10));
+  std::vector<at::Tensor> dropped_out(kRanks), kept_out(kRanks);
+  std::atomic<bool> rank0_done{false};
+  on_ranks(4096, mail, [&](int64_t r, ShmCollectives& shm) {
+    ShmArena& arena = *arenas[static_cast<size_t>(r)];
+    auto input = [&] {
+      at::Tensor t = at::detail::empty_generic({kRanks * n}, &arena,
+                                               c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                               at::kFloat, std::nullopt);
+      t.copy_(at::cat({rank_data(r, n), rank_data(r, n) * 2, rank_data(r, n) * 3}));
+      EXPECT_TRUE(ShmArena::lendable(t).has_value());
+      return t;
+    };
+    auto slow_peer = [&] {
+      while (!rank0_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    // 1: the caller lets go of its input once issued.
+    at::Tensor out1 = at::empty({n});
+    WorkHandle w1 = shm.start(Kind::kReduceScatter, out1, input(), 0, 0, false);
+    if (r == 0) {
+      w1->wait();
+      at::Tensor scribble = input();  // would take the lent block's place were it freed
+      scribble.fill_(std::numeric_limits<float>::quiet_NaN());
+      rank0_done = true;
+      // 2: the caller keeps its input and overwrites it once its wait returns.
+      at::Tensor in2 = input();
+      WorkHandle w2 =
+          shm.start(Kind::kReduceScatter, kept_out[0] = at::empty({n}), in2, 1, 1, false);
+      w2->wait();
+      in2.fill_(std::numeric_limits<float>::quiet_NaN());
+    } else {
+      slow_peer();
+      w1->wait();
+      WorkHandle w2 =
+          shm.start(Kind::kReduceScatter, kept_out[static_cast<size_t>(r)] = at::empty({n}),
+                    input(), 1, 1, false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      w2->wait();
+    }
+    dropped_out[static_cast<size_t>(r)] = out1;
+  });
+  EXPECT_EQ(mail.messages(), 0) << "lent inputs never go over the fallback";
+  for (int64_t r = 0; r < kRanks; ++r) {
+    const double k = static_cast<double>(r + 1);
+    const at::Tensor chunk_sum = rank_data(0, n) * k + rank_data(1, n) * k + rank_data(2, n) * k;
+    EXPECT_TRUE(at::equal(dropped_out[static_cast<size_t>(r)], chunk_sum)) << "rank " << r;
+    EXPECT_TRUE(at::equal(kept_out[static_cast<size_t>(r)], chunk_sum)) << "rank " << r;
+  }
+  for (auto& a : arenas) EXPECT_EQ(a->bytes_in_use(), 0u) << "lent blocks are freed once read";
 }
 
 TEST(ShmCollectives, AllReduceTakesTpGroupsAndSmallTensorsOnly) {

@@ -10,6 +10,6 @@
 #define HP_SIMD_CLONES
 #endif
 
-namespace hyperpar::nn::simd {
+namespace hyperpar::simd {
 constexpr int kLanes = 16;
-}  // namespace hyperpar::nn::simd
+}  // namespace hyperpar::simd
