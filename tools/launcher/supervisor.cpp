@@ -165,7 +165,10 @@ int attempt_local_workers(const LaunchOptions& o) {
       if (!rank_of.count(pid)) continue;
       --left;
       const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-      if (failed && !stopping) {
+      // After a forwarded stop signal the workers end on their own with it, most non-zero by
+      // design: the first of them must not turn the user's signal into SIGTERM for the others
+      // (a SIGINT trap still running elsewhere would be cut short).
+      if (failed && !stopping && !forwarded) {
         // The first failure stops the job: every other worker is told to stop.
         stopping = true;
         for (pid_t p : shims)
