@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "env_byte_count.h"
 #include "hyperpar/core/error.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -39,24 +40,6 @@ constexpr size_t kPage = 4096;
 std::atomic<bool> forked_child{false};
 
 size_t pages(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
-
-size_t env_bytes(const char* name, size_t fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  const std::string s(v);
-  HP_CHECK(s.find_first_not_of("0123456789") == std::string::npos, name,
-           " must be a byte count (digits only, 0 turns the arena off), got '", s, "'");
-  try {
-    return static_cast<size_t>(std::stoull(s));
-  } catch (const std::exception&) {
-    HP_CHECK(false, name, " is out of range: '", s, "'");
-  }
-  return fallback;
-}
-
-}  // namespace
-
-namespace {
 
 // Every live arena by its base address: which one a freed pointer belongs to (a DataPtr's
 // context must be its data pointer, for LibTorch's raw_allocate / raw_deallocate).
@@ -238,13 +221,7 @@ size_t ShmArena::configured_bytes() {
   if (on && std::string(on) == "0") return 0;
   const size_t physical =
       static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return env_bytes("HYPERPAR_SHM_ARENA_BYTES", physical);
-}
-
-void ShmArena::done_reading_peer(const char* p, size_t bytes) {
-  const auto first = reinterpret_cast<uintptr_t>(p) / kPage * kPage;
-  const auto end = (reinterpret_cast<uintptr_t>(p) + bytes + kPage - 1) / kPage * kPage;
-  madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  return env_byte_count("HYPERPAR_SHM_ARENA_BYTES", "turns the arena off").value_or(physical);
 }
 
 ShmArena* ShmArena::install_for_process() {

@@ -76,13 +76,6 @@ class ShmArena final : public c10::Allocator {
   static const char* map_peer(int64_t pid, int fd, uint64_t id, size_t arena_bytes,
                               std::string* error);
 
-  /// Drops this process's mapping of the pages of a peer's arena (map_peer) that hold
-  /// [p, p + bytes) (and of the rest of their first and last pages): the data stays in the
-  /// peer's arena, this process's RSS stops counting it, and a later read maps it again
-  /// (minor faults, 16 pages at a time). Readers call it when done, so every rank's RSS
-  /// counts its own memory, not what it read from its peers.
-  static void done_reading_peer(const char* p, size_t bytes);
-
   /// The process arena's size from the environment: 0 when HYPERPAR_SHM_ARENA=0 (or
   /// HYPERPAR_SHM_ARENA_BYTES=0), else HYPERPAR_SHM_ARENA_BYTES or the physical memory.
   /// Throws Error naming the variable when it is not a byte count.

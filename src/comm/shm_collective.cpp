@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "../core/simd_clones.h"
+#include "env_byte_count.h"
 #include "hyperpar/core/error.h"
 #include "shm_arena.h"
+#include "shm_peer_pages.h"
 
 namespace hyperpar::comm {
 
@@ -154,7 +156,7 @@ class ShmCollectiveWork final : public FinishingWork {
       sum_in_rank_order(src);
     }
     for (int64_t p = 0; p < n_; ++p)
-      if (lent[p]) ShmArena::done_reading_peer(src[p], static_cast<size_t>(chunk_));
+      if (lent[p]) ShmPeerPages::for_process().read(src[p], static_cast<size_t>(chunk_));
     for (int64_t p = 0; p < n_; ++p)
       if (p != me_) ring_->mark_read(p, seq_);
     // Lent data the caller still holds (it may write it once this returns, as after any
@@ -263,18 +265,7 @@ ShmSettings shm_settings(const std::string& prefix) {
   ShmSettings s;
   const std::string var = "HYPERPAR_" + prefix + "_SHM";
   s.enabled = env_or(var, "1") != "0";
-  const std::string bytes = env_or(var + "_BYTES", "");
-  if (!bytes.empty()) {
-    const bool digits = bytes.find_first_not_of("0123456789") == std::string::npos;
-    unsigned long long n = 0;
-    try {
-      if (digits) n = std::stoull(bytes);
-    } catch (const std::exception&) {
-      n = 0;  // out of range
-    }
-    HP_CHECK(n > 0, var, "_BYTES must be a positive byte count, got '", bytes, "'");
-    s.ring_bytes = static_cast<size_t>(n);
-  }
+  if (const auto bytes = env_byte_count(var + "_BYTES")) s.ring_bytes = *bytes;
   return s;
 }
 
