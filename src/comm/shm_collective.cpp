@@ -82,9 +82,13 @@ class ShmCollectiveWork final : public FinishingWork {
         average_(average && kind_ != Kind::kAllGather),
         gather_(kind_ == Kind::kAllGather),
         chunk_(gather_ ? in_.numel() : out_.numel() * out_.element_size()) {
-    // A reduce-scatter input that autograd (or anyone) already put in this process's shared
-    // arena is lent where it lies: peers read their parts from it, nothing is copied.
-    const auto lendable = kind_ == Kind::kReduceScatter ? ShmArena::lendable(in_) : std::nullopt;
+    // A reduce-scatter's input, or an out-of-place all-reduce's (tensor parallel's partial
+    // sums), that autograd (or anyone) already put in this process's shared arena is lent
+    // where it lies: peers read their parts from it, nothing is copied. (An in-place
+    // all-reduce overwrites its input with the sum, which peers may still be reading.)
+    const bool may_lend = kind_ == Kind::kReduceScatter ||
+                          (kind_ == Kind::kAllReduce && out_.data_ptr() != in_.data_ptr());
+    const auto lendable = may_lend ? ShmArena::lendable(in_) : std::nullopt;
     if (lendable) {
       lent_ = true;
       ring_->publish_lent(seq_, lendable->fd, lendable->id, lendable->arena_bytes, lendable->offset,

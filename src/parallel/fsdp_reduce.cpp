@@ -29,6 +29,9 @@ std::vector<at::Tensor> FSDPGroup::reduce_grads(const std::vector<at::Tensor>& g
   // This group's own previous reduce-scatter is finished by now (at the end of that
   // backward); the check keeps it so before its buffers are written again.
   if (pending_reduce) finish_reduce();
+  // The previous reduction's gradients are views of its receive buffer (finish_reduce):
+  // while any is alive (not zeroed yet), that buffer is theirs.
+  if (reduce_recv.defined() && reduce_recv.storage().use_count() > 1) reduce_recv = at::Tensor();
   ensure_groups();
   if (per_param()) {
     at::Tensor recv = reused(reduce_recv, segment, opts.reduce_dtype);
@@ -107,13 +110,19 @@ void FSDPGroup::finish_reduce() {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     at::Tensor& shard = params[i]->data;
-    // A view of the reused receive buffer: added in place, or copied once (with the cast).
+    // The reduced shard, in the receive buffer: the gradient itself where there is none yet
+    // (the buffer is reused by the next reduction only once such views are gone), else added
+    // in place or cast.
     at::Tensor g = pr.recv.narrow(0, offset[i], shard.numel()).view(shard.sizes());
     at::Tensor& grad = shard.mutable_grad();
-    if (grad.defined())
+    if (grad.defined()) {
       grad.add_(g);
-    else
-      grad = g.to(shard.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    } else if (g.scalar_type() == shard.scalar_type()) {
+      grad = g;
+      ++stats.grads_viewing_buffer;
+    } else {
+      grad = g.to(shard.scalar_type());
+    }
   }
 }
 

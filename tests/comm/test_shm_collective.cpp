@@ -264,6 +264,45 @@ TEST(ShmCollectives, ReduceScatterLendsArenaInputsWhereTheyLie) {
   for (auto& a : arenas) EXPECT_EQ(a->bytes_in_use(), 0u) << "lent blocks are freed once read";
 }
 
+TEST(ShmCollectives, OutOfPlaceAllReduceLendsArenaInputsWhereTheyLie) {
+  // Tensor parallel's partial sums: reduced into a fresh output, the input lent, not copied
+  // (128 KiB inputs, 4 KiB rings: anything not lent would go over the fallback).
+  Mailbox mail;
+  constexpr int64_t n = 1 << 15;
+  std::vector<std::unique_ptr<ShmArena>> arenas;
+  for (int64_t r = 0; r < kRanks; ++r)
+    arenas.push_back(std::make_unique<ShmArena>(size_t{16} << 20, size_t{64} << 10));
+  std::vector<at::Tensor> sums(kRanks), averages(kRanks);
+  on_ranks(4096, mail, [&](int64_t r, ShmCollectives& shm) {
+    ShmArena& arena = *arenas[static_cast<size_t>(r)];
+    auto input = [&] {
+      at::Tensor t = at::detail::empty_generic(
+          {n}, &arena, c10::DispatchKeySet(c10::DispatchKey::CPU), at::kFloat, std::nullopt);
+      t.copy_(rank_data(r, n));
+      EXPECT_TRUE(ShmArena::lendable(t).has_value());
+      return t;
+    };
+    // The caller keeps its input and overwrites it once wait() returns; a slow rank 2.
+    at::Tensor in = input();
+    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    WorkHandle w =
+        shm.start(Kind::kAllReduce, sums[static_cast<size_t>(r)] = at::empty({n}), in, 0, 0, false);
+    w->wait();
+    in.fill_(std::numeric_limits<float>::quiet_NaN());
+    // The caller lets go of its input once issued (an average this time).
+    shm.start(Kind::kAllReduce, averages[static_cast<size_t>(r)] = at::empty({n}), input(), 1, 1,
+              true)
+        ->wait();
+  });
+  EXPECT_EQ(mail.messages(), 0) << "lent inputs never go over the fallback";
+  const at::Tensor sum = rank_data(0, n) + rank_data(1, n) + rank_data(2, n);
+  for (int64_t r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(at::equal(sums[static_cast<size_t>(r)], sum)) << "rank " << r;
+    EXPECT_TRUE(at::equal(averages[static_cast<size_t>(r)], sum / 3)) << "rank " << r;
+  }
+  for (auto& a : arenas) EXPECT_EQ(a->bytes_in_use(), 0u) << "lent blocks are freed once read";
+}
+
 TEST(ShmCollectives, AllReduceTakesTpGroupsAndSmallTensorsOnly) {
   Mailbox mail;
   on_ranks(4096, mail, [](int64_t, ShmCollectives& shm) {

@@ -6,7 +6,7 @@
 //   * stacked expert weights used transposed (experts.transpose(1, 2) in an elementwise
 //     product): autograd hands the gradient over as a transposed, non-contiguous view.
 // Expected gradients are computed in-process from every data-parallel rank's inputs; fp32
-// sums of <= 4 terms: tolerance 1e-6 relative.
+// sums of <= 8 terms: tolerance 1e-6 relative. Also: two synced backwards accumulate.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -83,3 +83,32 @@ void check(const std::vector<int64_t>& mesh_shape, const std::vector<std::string
 TEST(FsdpGradViews, NonContiguousGradientsReduceScatter) { check({4, 2}, {"dp", "tp"}); }
 
 TEST(FsdpGradViews, NonContiguousGradientsHsdpAllReduce) { check({2, 2, 2}, {"rep", "dp", "tp"}); }
+
+// Two synced backwards without zero_grad between them: the first reduction's gradients are
+// views of its receive buffer, so the second must reduce elsewhere and add to them (reusing
+// the buffer would overwrite them: 2 x the second pass's gradients instead of the sum).
+TEST(FsdpGradViews, GradientsOfTwoSyncedBackwardsAccumulate) {
+  auto world = comm::World::from_env();
+  ASSERT_EQ(world->size(), 8);
+  auto mesh = mesh::DeviceMesh::init(world, {4, 2}, {"dp", "tp"});
+  ViewUser m(mesh["tp"]);
+  m.init_weights(3);
+  auto h = parallel::fully_shard(m, mesh["dp"]);
+  const int64_t n_dp = 4, my_dp = (*mesh.get_coordinate())[0];
+  at::Tensor g = at::zeros({8, 12});
+  for (int64_t pass = 0; pass < 2; ++pass) {
+    at::Tensor out = m(seeded({3, 8}, 100 + 10 * pass + my_dp));
+    (out * seeded({3, 12}, 200 + 10 * pass + my_dp)).sum().backward();
+    for (int64_t d = 0; d < n_dp; ++d)
+      g +=
+          at::matmul(seeded({3, 8}, 100 + 10 * pass + d).t(), seeded({3, 12}, 200 + 10 * pass + d));
+  }
+  g /= static_cast<double>(n_dp);
+  EXPECT_EQ(h.stats().reduce_scatters, 2);
+  EXPECT_EQ(h.stats().grads_viewing_buffer, 2) << "the first pass's two gradients";
+  auto& tw = m.param("tp_weight");
+  auto& ew = m.param("experts");
+  const at::Tensor want_experts = (g.narrow(1, 6, 6).unsqueeze(0) * m.mix).transpose(1, 2);
+  EXPECT_LE(rel_diff(DTensor(tw.data.grad(), *tw.spec).full_tensor(), g.narrow(1, 0, 6)), 1e-6);
+  EXPECT_LE(rel_diff(DTensor(ew.data.grad(), *ew.spec).full_tensor(), want_experts), 1e-6);
+}

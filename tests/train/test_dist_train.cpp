@@ -270,6 +270,10 @@ TEST(DistTrain, FsdpAndExpertExchangeBuffersAreReusedAcrossSteps) {
                                      : st.host_shared_params  ? 2
                                                               : 4)
         << h.fqns().front();
+    // Every reduced shard became its gradient without a copy (float32 throughout), and the
+    // receive buffer was still reused (above): the step's zero_grad let go of the views.
+    EXPECT_EQ(st.grads_viewing_buffer, steps * static_cast<int64_t>(h.fqns().size()))
+        << h.fqns().front();
   }
   int moe_layers = 0;
   for (auto& [fqn, m] : pm.model->named_modules()) {

@@ -122,6 +122,11 @@ struct FSDPStats {
   /// receive of the flat all-gather and reduce-scatter); per parameter: 2 (the shards'
   /// all-gather send and the reduced shards), the others being the parameters' own storage.
   int64_t buffer_allocations = 0;
+  /// Reduced shards that became their parameter's gradient as a view of the receive buffer
+  /// (no copy): where the parameter had no gradient yet and its dtype is the reduce dtype.
+  /// A receive buffer that gradients still view at the next reduction (not zeroed, e.g.
+  /// gradients accumulated over several synced backwards) is left to them and a new one made.
+  int64_t grads_viewing_buffer = 0;
   /// The group communicates per parameter (FSDPCollectives::kPerParam and a layout that
   /// allows it); known from its first gather or reduction.
   bool per_param_collectives = false;
