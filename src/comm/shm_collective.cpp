@@ -131,6 +131,7 @@ class ShmCollectiveWork final : public FinishingWork {
     // fallback, or (reductions) this rank's own input.
     std::vector<const char*> src(static_cast<size_t>(n_), nullptr);
     std::vector<bool> in_ring(static_cast<size_t>(n_), false), lent(static_cast<size_t>(n_), false);
+    std::vector<std::pair<const char*, size_t>> arena(static_cast<size_t>(n_));  // lent: mapping
     std::vector<at::Tensor> received;
     for (int64_t p = 0; p < n_; ++p) {
       if (p == me_) {
@@ -142,8 +143,10 @@ class ShmCollectiveWork final : public FinishingWork {
       if (note.in_ring) {
         src[p] = ring_->data(p) + note.offset + part(me_);
       } else if (note.lent) {
-        src[p] = ring_->lent_data(p, note) + part(me_);
+        const char* data = ring_->lent_data(p, note);
+        src[p] = data + part(me_);
         lent[p] = true;
+        arena[p] = {data - note.offset, note.arena_bytes};
       } else {
         at::Tensor buf =
             gather_ ? out_.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
@@ -160,7 +163,9 @@ class ShmCollectiveWork final : public FinishingWork {
       sum_in_rank_order(src);
     }
     for (int64_t p = 0; p < n_; ++p)
-      if (lent[p]) ShmPeerPages::for_process().read(src[p], static_cast<size_t>(chunk_));
+      if (lent[p])
+        ShmPeerPages::for_process().read(arena[p].first, arena[p].second, src[p],
+                                         static_cast<size_t>(chunk_));
     for (int64_t p = 0; p < n_; ++p)
       if (p != me_) ring_->mark_read(p, seq_);
     // Lent data the caller still holds (it may write it once this returns, as after any

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "env_byte_count.h"
@@ -14,10 +15,12 @@ namespace {
 constexpr uintptr_t kWindow = 64 << 10;
 }  // namespace
 
-void ShmPeerPages::read(const char* p, size_t bytes) {
+void ShmPeerPages::read(const char* mapping, size_t mapping_bytes, const char* p, size_t bytes) {
   if (bytes == 0) return;
-  uintptr_t first = reinterpret_cast<uintptr_t>(p) / kWindow * kWindow;
-  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + kWindow - 1) / kWindow * kWindow;
+  const auto lo = reinterpret_cast<uintptr_t>(mapping), hi = lo + mapping_bytes;
+  uintptr_t first = std::max(lo, reinterpret_cast<uintptr_t>(p) / kWindow * kWindow);
+  uintptr_t end =
+      std::min(hi, (reinterpret_cast<uintptr_t>(p) + bytes + kWindow - 1) / kWindow * kWindow);
   std::lock_guard<std::mutex> lock(mutex_);
   // Merge with every kept range that overlaps or touches [first, end).
   auto it = kept_.upper_bound(first);

@@ -11,8 +11,8 @@
 // at once (the data stays in the peers' arenas) and counting starts again.
 //
 //   ShmPeerPages kept(64 << 20);
-//   sum_from(peer_chunk, bytes);
-//   kept.read(peer_chunk, bytes);  // mapped for next time, or all dropped past 64 MiB
+//   sum_from(peer_chunk, bytes);  // peer_chunk within a peer's arena mapped at `arena`
+//   kept.read(arena, arena_bytes, peer_chunk, bytes);  // kept, or all dropped past 64 MiB
 //
 // The process's one instance (for_process) takes its budget from
 // HYPERPAR_SHM_PEER_PAGES_BYTES (default 256 MiB; 0 drops the pages after every read).
@@ -29,11 +29,12 @@ class ShmPeerPages {
   ShmPeerPages(const ShmPeerPages&) = delete;
   ShmPeerPages& operator=(const ShmPeerPages&) = delete;
 
-  /// After reading [p, p + bytes) of a peer's arena mapping: its pages are kept mapped (in
-  /// whole 64 KiB windows: what a read fault may have mapped around them), or, when that takes
-  /// the kept bytes past the budget, every kept page (these included) is dropped from this
-  /// process's mapping.
-  void read(const char* p, size_t bytes);
+  /// After reading [p, p + bytes) of a peer's arena mapping [mapping, mapping +
+  /// mapping_bytes): its pages are kept mapped (in whole 64 KiB windows, what a read fault may
+  /// have mapped around them, clipped to the mapping: never a neighbouring mapping's pages,
+  /// which dropping would zero were they private), or, when that takes the kept bytes past
+  /// the budget, every kept page (these included) is dropped from this process's mapping.
+  void read(const char* mapping, size_t mapping_bytes, const char* p, size_t bytes);
   /// Drops every kept page now.
   void drop_all();
   /// Distinct bytes of peers' pages now kept mapped (whole windows: at least what is resident).

@@ -82,29 +82,29 @@ TEST(ShmPeerPages, KeepsWhatWasReadMappedUntilTheBudgetThenDropsItAll) {
       reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(whole) + w - 1) / w * w);
   ShmPeerPages kept(2 * kMiB);
   EXPECT_EQ(sum_of(peer, kMiB), 2.0f * kMiB / 4);
-  kept.read(peer, kMiB);
+  kept.read(whole, 4 * kMiB, peer, kMiB);
   EXPECT_EQ(kept.kept_bytes(), kMiB);
   // Resident: what was read, and what the read faults mapped around it (<= one 64 KiB window).
   EXPECT_GE(resident_kib(peer), 1024u) << "kept mapped: the next read does not fault";
   EXPECT_LE(resident_kib(peer), 1024u + 64);
   // Read again, overlapping, and within what is kept: counted once, merged.
   sum_of(peer + 512 * kKiB, kMiB);
-  kept.read(peer + 512 * kKiB, kMiB);
-  kept.read(peer + 100, 10);
+  kept.read(whole, 4 * kMiB, peer + 512 * kKiB, kMiB);
+  kept.read(whole, 4 * kMiB, peer + 100, 10);
   EXPECT_EQ(kept.kept_bytes(), kMiB + 512 * kKiB);
   // A range across a window boundary: both windows are kept whole.
   sum_of(peer + 1660 * kKiB + 100, 4096);
-  kept.read(peer + 1660 * kKiB + 100, 4096);
+  kept.read(whole, 4 * kMiB, peer + 1660 * kKiB + 100, 4096);
   EXPECT_EQ(kept.kept_bytes(), kMiB + 512 * kKiB + 128 * kKiB);
   EXPECT_GE(resident_kib(peer), 1536u + 8);
   EXPECT_LE(resident_kib(peer), kept.kept_bytes() / kKiB);
   // Past the budget: everything kept is dropped from this mapping; the data stays.
   sum_of(peer + 2 * kMiB, kMiB);
-  kept.read(peer + 2 * kMiB, kMiB);
+  kept.read(whole, 4 * kMiB, peer + 2 * kMiB, kMiB);
   EXPECT_EQ(kept.kept_bytes(), 0u);
   EXPECT_EQ(resident_kib(peer), 0u);
   EXPECT_EQ(sum_of(whole, 4 * kMiB), 2.0f * kMiB) << "the owner's data is untouched";
-  kept.read(whole, 4 * kMiB);
+  kept.read(whole, 4 * kMiB, whole, 4 * kMiB);
   kept.drop_all();
   EXPECT_EQ(kept.kept_bytes(), 0u);
   EXPECT_EQ(resident_kib(peer), 0u);
@@ -117,9 +117,39 @@ TEST(ShmPeerPages, ABudgetOfZeroDropsAfterEveryRead) {
   ASSERT_NE(peer, nullptr);
   ShmPeerPages kept(0);
   sum_of(peer, kMiB);
-  kept.read(peer, kMiB);
+  kept.read(peer, 4 * kMiB, peer, kMiB);
   EXPECT_EQ(kept.kept_bytes(), 0u);
   EXPECT_EQ(resident_kib(peer), 0u);
+}
+
+TEST(ShmPeerPages, WindowsAreClippedToTheMapping) {
+  // A "mapping" that starts 4 KiB past a 64 KiB boundary: the window of a read at its start
+  // begins at the mapping, not at the boundary, and dropping it leaves the page before alone
+  // (were that page a neighbouring private mapping's, dropping would zero it).
+  ShmArena arena(16 * kMiB, 64 << 10);
+  at::Tensor owned;
+  const char* whole = peer_view(arena, owned);
+  ASSERT_NE(whole, nullptr);
+  const uintptr_t w = 64 * kKiB;
+  const char* boundary =
+      reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(whole) + w - 1) / w * w);
+  const char* mapping = boundary + 4 * kKiB;
+  const size_t mapping_bytes = 2 * kMiB - 8 * kKiB;  // ends 4 KiB short of a boundary too
+  ShmPeerPages kept(16 * kMiB);
+  sum_of(boundary, 4);  // the page before the mapping, resident
+  sum_of(mapping, 4);
+  kept.read(mapping, mapping_bytes, mapping, 4);
+  EXPECT_EQ(kept.kept_bytes(), 60 * kKiB);
+  const char* last = mapping + mapping_bytes - 4;
+  sum_of(last, 4);
+  kept.read(mapping, mapping_bytes, last, 4);
+  EXPECT_EQ(kept.kept_bytes(), 120 * kKiB) << "the last window ends with the mapping";
+  EXPECT_GE(resident_kib(whole), 4u);
+  kept.drop_all();
+  // Left: the page before the mapping and the one after it (fault-around mapped the
+  // boundary windows whole; the reads' windows, clipped, are dropped). Unclipped: none.
+  EXPECT_EQ(resident_kib(whole), 8u);
+  EXPECT_EQ(sum_of(boundary, 4), 2.0f);
 }
 
 TEST(ShmPeerPages, TheEnvironmentsBudgetMustBeAByteCount) {
