@@ -130,8 +130,9 @@ class ShmCollectiveWork final : public FinishingWork {
     // Every contribution to this rank, as bytes: in its owner's ring, received over the
     // fallback, or (reductions) this rank's own input.
     std::vector<const char*> src(static_cast<size_t>(n_), nullptr);
-    std::vector<bool> in_ring(static_cast<size_t>(n_), false), lent(static_cast<size_t>(n_), false);
-    std::vector<std::pair<const char*, size_t>> arena(static_cast<size_t>(n_));  // lent: mapping
+    std::vector<bool> in_ring(static_cast<size_t>(n_), false);
+    // Where a peer lent its contribution: its arena as mapped here, and the arena's size.
+    std::vector<std::pair<const char*, size_t>> lent_arena(static_cast<size_t>(n_), {nullptr, 0});
     std::vector<at::Tensor> received;
     for (int64_t p = 0; p < n_; ++p) {
       if (p == me_) {
@@ -145,8 +146,7 @@ class ShmCollectiveWork final : public FinishingWork {
       } else if (note.lent) {
         const char* data = ring_->lent_data(p, note);
         src[p] = data + part(me_);
-        lent[p] = true;
-        arena[p] = {data - note.offset, note.arena_bytes};
+        lent_arena[p] = {data - note.offset, note.arena_bytes};
       } else {
         at::Tensor buf =
             gather_ ? out_.narrow(0, p * chunk_, chunk_) : at::empty({chunk_}, at::kByte);
@@ -163,8 +163,8 @@ class ShmCollectiveWork final : public FinishingWork {
       sum_in_rank_order(src);
     }
     for (int64_t p = 0; p < n_; ++p)
-      if (lent[p])
-        ShmPeerPages::for_process().read(arena[p].first, arena[p].second, src[p],
+      if (lent_arena[p].first)
+        ShmPeerPages::for_process().read(lent_arena[p].first, lent_arena[p].second, src[p],
                                          static_cast<size_t>(chunk_));
     for (int64_t p = 0; p < n_; ++p)
       if (p != me_) ring_->mark_read(p, seq_);

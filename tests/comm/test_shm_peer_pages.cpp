@@ -59,6 +59,13 @@ const char* peer_view(ShmArena& arena, at::Tensor& owned) {
   return base + lent->offset;
 }
 
+// The first 64 KiB boundary of the address space at or after p (where the kernel's
+// fault-around windows start).
+const char* next_window(const char* p) {
+  const uintptr_t w = 64 * kKiB;
+  return reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(p) + w - 1) / w * w);
+}
+
 // Reads every float of [p, p + bytes) (volatile: the reads are what the test is about).
 float sum_of(const char* p, size_t bytes) {
   float s = 0;
@@ -75,11 +82,8 @@ TEST(ShmPeerPages, KeepsWhatWasReadMappedUntilTheBudgetThenDropsItAll) {
   const char* whole = peer_view(arena, owned);
   ASSERT_NE(whole, nullptr);
   EXPECT_EQ(resident_kib(whole), 0u) << "nothing read yet";
-  // Reads from a 64 KiB boundary of the address space (where the kernel's fault-around
-  // windows start); the 4 MiB block holds 3 MiB beyond it.
-  const uintptr_t w = 64 * kKiB;
-  const char* peer =
-      reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(whole) + w - 1) / w * w);
+  // Reads from a window boundary; the 4 MiB block holds 3 MiB beyond it.
+  const char* peer = next_window(whole);
   ShmPeerPages kept(2 * kMiB);
   EXPECT_EQ(sum_of(peer, kMiB), 2.0f * kMiB / 4);
   kept.read(whole, 4 * kMiB, peer, kMiB);
@@ -130,9 +134,7 @@ TEST(ShmPeerPages, WindowsAreClippedToTheMapping) {
   at::Tensor owned;
   const char* whole = peer_view(arena, owned);
   ASSERT_NE(whole, nullptr);
-  const uintptr_t w = 64 * kKiB;
-  const char* boundary =
-      reinterpret_cast<const char*>((reinterpret_cast<uintptr_t>(whole) + w - 1) / w * w);
+  const char* boundary = next_window(whole);
   const char* mapping = boundary + 4 * kKiB;
   const size_t mapping_bytes = 2 * kMiB - 8 * kKiB;  // ends 4 KiB short of a boundary too
   ShmPeerPages kept(16 * kMiB);
