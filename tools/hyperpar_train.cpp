@@ -5,14 +5,10 @@
 //
 // Invalid configs (and command lines, metrics paths, layouts that do not fit in memory) are
 // reported by every rank before any communication, with exit code 2.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -29,6 +25,7 @@
 #include "hyperpar/parallel/pipeline/simulator.h"
 #include "hyperpar/train/memory_estimate.h"
 #include "hyperpar/train/model_export.h"
+#include "hyperpar/train/output_path.h"
 #include "hyperpar/train/trainer.h"
 
 using namespace hyperpar;
@@ -169,25 +166,6 @@ int64_t smallest_world(train::Config c) {
   return -1;
 }
 
-// An unwritable output path (--metrics, --profile) is a usage error before training starts.
-void check_output_path(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  const std::filesystem::path p(path);
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec)
-    throw train::ConfigError(flag + " " + path + ": cannot create its directory: " + ec.message());
-  if (std::filesystem::is_directory(p, ec))
-    throw train::ConfigError(flag + " " + path + " is a directory; give a file path");
-  // Root passes access(W_OK) almost everywhere: really open it (and remove what we made).
-  const bool existed = std::filesystem::exists(p, ec);
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw train::ConfigError(flag + " " + path + " is not writable: " + std::strerror(errno));
-  close(fd);
-  if (!existed) unlink(path.c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,8 +228,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     {
-      check_output_path("--metrics", metrics);
-      check_output_path("--profile", profile_path);
+      train::check_output_path("--metrics", metrics);
+      train::check_output_path("--profile", profile_path);
       // From the dry-run estimator, before anything is allocated or communicated.
       train::check_memory_fits(train::estimate_memory(cfg, launcher_rank(), ws), launcher_rank(),
                                local_world_size());
