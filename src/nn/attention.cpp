@@ -10,6 +10,7 @@
 
 #include "hyperpar/core/error.h"
 #include "hyperpar/nn/fused_ops.h"
+#include "hyperpar/nn/shared_input_linear.h"
 
 namespace hyperpar::nn {
 
@@ -73,7 +74,8 @@ Attention::Attention(int64_t dim_, int64_t n_heads_, int64_t n_kv_heads_, double
 
 at::Tensor Attention::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), S = x.size(1);
-  at::Tensor q = (*wq)(x), k = (*wk)(x), v = (*wv)(x);
+  const auto qkv = call_linears_on_shared_input({wq.get(), wk.get(), wv.get()}, x);
+  const at::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
   const int64_t h = q.size(-1) / head_dim, kv = k.size(-1) / head_dim;  // local heads
   HP_CHECK(h > 0 && kv > 0 && h % kv == 0, "Attention: local heads ", h, " / kv heads ", kv,
            " (TP must split whole heads and keep n_heads / n_kv_heads per rank)");

@@ -20,7 +20,10 @@ at::Tensor Module::operator()(const at::Tensor& x) {
 at::Tensor Module::call(const at::Tensor& x) {
   at::Tensor in = x;
   for (auto& h : pre_hooks_) in = h(*this, in);
-  at::Tensor out = forward(in);
+  return run_forward_hooks(in, forward(in));
+}
+
+at::Tensor Module::run_forward_hooks(const at::Tensor& in, at::Tensor out) {
   for (auto& h : post_hooks_) out = h(*this, in, out);
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include "hyperpar/core/error.h"
 #include "hyperpar/nn/fused_ops.h"
+#include "hyperpar/nn/shared_input_linear.h"
 
 namespace hyperpar::nn {
 
@@ -25,7 +26,8 @@ at::Tensor gate(const at::Tensor& a, const at::Tensor& b, bool recompute) {
 }  // namespace
 
 at::Tensor FeedForward::forward(const at::Tensor& x) {
-  return (*w2)(gate((*w1)(x), (*w3)(x), checkpoint_mode() == CheckpointMode::kPointwise));
+  const auto h13 = call_linears_on_shared_input({w1.get(), w3.get()}, x);
+  return (*w2)(gate(h13[0], h13[1], checkpoint_mode() == CheckpointMode::kPointwise));
 }
 
 GroupedExperts::GroupedExperts(int64_t n, int64_t dim_, int64_t hidden_, dtensor::InitScheme init,
@@ -60,8 +62,8 @@ at::Tensor GroupedExperts::forward(const at::Tensor& x) {
 
 at::Tensor GroupedExperts::run_expert(int64_t e, const at::Tensor& x) {
   at::Tensor w1 = value("w1")[e], w2 = value("w2")[e], w3 = value("w3")[e];
-  at::Tensor h = gate(at::matmul(x, w1.t()), at::matmul(x, w3.t()),
-                      checkpoint_mode() == CheckpointMode::kPointwise);
+  const auto h13 = linears_on_shared_input(x, {w1, w3});
+  at::Tensor h = gate(h13[0], h13[1], checkpoint_mode() == CheckpointMode::kPointwise);
   return at::matmul(h, w2.t());
 }
 

@@ -61,6 +61,10 @@ class Module {
   void set_checkpoint(CheckpointMode mode) { checkpoint_mode_ = mode; }
   CheckpointMode checkpoint_mode() const { return checkpoint_mode_; }
   void add_forward_hook(PostHook hook) { post_hooks_.push_back(std::move(hook)); }
+  bool has_forward_pre_hooks() const { return !pre_hooks_.empty(); }
+  /// The forward hooks on (input, output), as operator() runs them after forward: for callers
+  /// that compute several modules' forward at once (nn/shared_input_linear.h).
+  at::Tensor run_forward_hooks(const at::Tensor& in, at::Tensor out);
 
   /// Replaces every parameter and buffer by an uninitialised one of the same local shape
   /// on `device` (parameters keep requires_grad and their specs).
