@@ -6,10 +6,10 @@
 // tensor and the engine adds them, a full pass over the input's gradient per extra
 // projection (per layer 2 for wq/wk/wv and 1 for w1/w3, over [tokens, dim]). Here the
 // backward accumulates them inside the GEMMs (dx = g_q Wq, then dx += g_k Wk with beta 1,
-// ...), and writes each weight's gradient as a contiguous [out, in] (autograd's matmul gives
-// a transposed view, which FSDP's reduction must copy). Forward is the same ATen matmul per
-// weight, so outputs are bitwise those of separate Linear calls; gradients agree to float32
-// rounding (accumulation order): tests/nn/test_shared_input_linear.cpp.
+// ...); each weight's gradient is one GEMM into a contiguous [out, in], as autograd's is.
+// Forward is the same ATen matmul per weight, so outputs are bitwise those of separate Linear
+// calls; gradients agree to float32 rounding (accumulation order):
+// tests/nn/test_shared_input_linear.cpp.
 //
 //   auto y = nn::linears_on_shared_input(x, {wq, wk, wv});  // y[i] = x @ w[i]^T
 //   auto out = nn::call_linears_on_shared_input({wq_mod, wk_mod, wv_mod}, x);  // with hooks
