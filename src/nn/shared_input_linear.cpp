@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <typeinfo>
+
 #include "hyperpar/core/error.h"
 #include "hyperpar/nn/layers.h"
 
@@ -64,9 +66,10 @@ std::vector<at::Tensor> linears_on_shared_input(const at::Tensor& x,
 std::vector<at::Tensor> call_linears_on_shared_input(const std::vector<Linear*>& modules,
                                                      const at::Tensor& x) {
   bool fusable = x.dim() >= 2;
-  for (const Linear* m : modules)
-    fusable = fusable && !m->has_param("bias") && !m->reduce_output &&
-              !m->has_forward_pre_hooks() && m->checkpoint_mode() != CheckpointMode::kWhole;
+  for (const Linear* m : modules)  // a subclass may compute something else in its forward
+    fusable = fusable && typeid(*m) == typeid(Linear) && !m->has_param("bias") &&
+              !m->reduce_output && !m->has_forward_pre_hooks() &&
+              m->checkpoint_mode() != CheckpointMode::kWhole;
   std::vector<at::Tensor> out;
   if (!fusable) {
     for (Linear* m : modules) out.push_back((*m)(x));

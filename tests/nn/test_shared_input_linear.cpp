@@ -101,6 +101,14 @@ TEST(SharedInputLinear, ModulesKeepTheirHooksAndFallBackWithABias) {
   EXPECT_TRUE(at::equal(ys[1], b(x))) << "the forward hook ran on the shared path's output";
   const auto yb = nn::call_linears_on_shared_input({&a, &biased}, x);
   EXPECT_TRUE(at::equal(yb[1], biased(x))) << "a biased module is called as itself";
+  struct Doubled : nn::Linear {
+    using nn::Linear::Linear;
+    at::Tensor forward(const at::Tensor& in) override { return nn::Linear::forward(in) * 2; }
+  } doubled(8, 4, false);
+  doubled.to_empty(c10::kCPU);
+  doubled.init_weights(7);
+  const auto yd = nn::call_linears_on_shared_input({&a, &doubled}, x);
+  EXPECT_TRUE(at::equal(yd[1], doubled(x))) << "a subclass's own forward runs";
 }
 
 TEST(SharedInputLinear, RejectsAWeightOfAnotherInputDim) {

@@ -26,8 +26,9 @@ std::vector<at::Tensor> linears_on_shared_input(const at::Tensor& x,
                                                 const std::vector<at::Tensor>& weights);
 
 /// The modules' calls on one input, as `(*m)(x)` each would give (forward hooks and all),
-/// through linears_on_shared_input where that is the same computation: no module has a
-/// bias, forward pre-hook, output reduction (row-parallel) or whole-module checkpointing.
+/// through linears_on_shared_input where that is the same computation: every module is a
+/// plain Linear (not a subclass) without a bias, forward pre-hook, output reduction
+/// (row-parallel) or whole-module checkpointing.
 /// Otherwise each module is called in turn.
 std::vector<at::Tensor> call_linears_on_shared_input(const std::vector<Linear*>& modules,
                                                      const at::Tensor& x);
