@@ -16,10 +16,15 @@ Linear::Linear(int64_t in, int64_t out, bool bias, dtensor::InitScheme weight_in
   if (bias) register_parameter("bias", {out}, dtensor::InitScheme::linear_default(in));
 }
 
-at::Tensor Linear::forward(const at::Tensor& x) {
+at::Tensor Linear::weight_for(const at::Tensor& x) const {
   at::Tensor w = value("weight");
   HP_CHECK(x.size(-1) == w.size(1), "Linear: input last dim ", x.size(-1),
            " does not match the local weight ", w.sizes(), " (in_features ", in_features, ")");
+  return w;
+}
+
+at::Tensor Linear::forward(const at::Tensor& x) {
+  const at::Tensor w = weight_for(x);
   at::Tensor y = at::matmul(x, w.t());
   if (reduce_output) y = reduce_output(y);
   if (has_param("bias")) y = y + value("bias");

@@ -76,12 +76,7 @@ std::vector<at::Tensor> call_linears_on_shared_input(const std::vector<Linear*>&
     return out;
   }
   std::vector<at::Tensor> weights;
-  for (Linear* m : modules) {
-    weights.push_back(m->value("weight"));
-    HP_CHECK(x.size(-1) == weights.back().size(1), "Linear: input last dim ", x.size(-1),
-             " does not match the local weight ", weights.back().sizes(), " (in_features ",
-             m->in_features, ")");
-  }
+  for (const Linear* m : modules) weights.push_back(m->weight_for(x));
   out = linears_on_shared_input(x, weights);
   for (size_t i = 0; i < modules.size(); ++i) out[i] = modules[i]->run_forward_hooks(x, out[i]);
   return out;

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <vector>
 
 #include "hyperpar/train/config.h"
 
@@ -38,12 +37,10 @@ void check_output_path(const std::string& flag, const std::string& path) {
   }
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   std::string probe = (dir / ("." + p.filename().string() + ".probe-XXXXXX")).string();
-  std::vector<char> name(probe.begin(), probe.end());
-  name.push_back('\0');
-  const int fd = mkostemp(name.data(), O_CLOEXEC);
+  const int fd = mkostemp(probe.data(), O_CLOEXEC);  // fills in the X's
   if (fd < 0) throw not_writable(flag, path, errno);
   close(fd);
-  unlink(name.data());
+  unlink(probe.c_str());
 }
 
 }  // namespace hyperpar::train

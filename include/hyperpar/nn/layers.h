@@ -17,6 +17,8 @@ class Linear : public Module {
   Linear(int64_t in, int64_t out, bool bias = false);
   Linear(int64_t in, int64_t out, bool bias, dtensor::InitScheme weight_init);
   at::Tensor forward(const at::Tensor& x) override;
+  /// The weight forward uses, checked against the input's last dim (a clear error otherwise).
+  at::Tensor weight_for(const at::Tensor& x) const;
   TensorFn reduce_output;
   int64_t in_features, out_features;
 };
